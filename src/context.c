@@ -1,0 +1,249 @@
+/* Contexts: the caller's (or a default) cl_context + device, the device facts that launch choices
+ * depend on, and the tuning overrides. */
+#include "ng_internal.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ng_status query_info(cl_device_id dev, ng_device_info *info) {
+  cl_int e = 0;
+  cl_uint bits = 0;
+  cl_platform_id plat = NULL;
+  memset(info, 0, sizeof *info);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof info->type, &info->type, NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units,
+                       &info->compute_units, NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof info->max_wg, &info->max_wg,
+                       NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof info->local_mem, &info->local_mem,
+                       NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof info->max_alloc,
+                       &info->max_alloc, NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof info->name - 1, info->name, NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof info->vendor - 1, info->vendor, NULL);
+  e |= clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof info->driver - 1, info->driver, NULL);
+  e |= clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+  if (e != CL_SUCCESS) return ng_fail(CL_INVALID_DEVICE, "clGetDeviceInfo failed on the device");
+  if (plat)
+    clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof info->platform - 1, info->platform, NULL);
+  info->base_align_bytes = bits / 8;
+  if (info->compute_units == 0) info->compute_units = 1;
+  if (info->max_wg == 0) info->max_wg = 1;
+  return NG_SUCCESS;
+}
+
+ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context **out) {
+  ng_clear_detail();
+  if (!out) return ng_fail(NG_ERR_NULL_HANDLE, "out is NULL");
+  *out = NULL;
+  if (!cl_ctx) return ng_fail(NG_ERR_NULL_HANDLE, "cl_context is NULL");
+  if (!device) return ng_fail(NG_ERR_NULL_HANDLE, "device is NULL");
+  ng_context *c = calloc(1, sizeof *c);
+  if (!c) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "context allocation");
+  ng_status s = query_info(device, &c->info);
+  if (s != NG_SUCCESS) {
+    free(c);
+    return s;
+  }
+  if (pthread_mutex_init(&c->lock, NULL) != 0) {
+    free(c);
+    return ng_fail(NG_ERR_INTERNAL, "mutex init failed");
+  }
+  cl_int e = clRetainContext(cl_ctx);
+  if (e != CL_SUCCESS) {
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return ng_fail(e, "clRetainContext failed");
+  }
+  clRetainDevice(device);
+  c->cl_ctx = cl_ctx;
+  c->device = device;
+  *out = c;
+  return NG_SUCCESS;
+}
+
+ng_status ng_list_devices(cl_device_id *devices, cl_uint max, cl_uint *count) {
+  ng_clear_detail();
+  if (!count) return ng_fail(NG_ERR_NULL_HANDLE, "count is NULL");
+  *count = 0;
+  cl_uint np = 0;
+  if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return NG_SUCCESS;
+  cl_platform_id *plats = calloc(np, sizeof *plats);
+  if (!plats) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "platform list");
+  clGetPlatformIDs(np, plats, NULL);
+  cl_uint total = 0;
+  for (cl_uint i = 0; i < np; i++) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+      continue;
+    cl_device_id *ds = calloc(nd, sizeof *ds);
+    if (!ds) {
+      free(plats);
+      return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "device list");
+    }
+    clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, nd, ds, NULL);
+    for (cl_uint j = 0; j < nd; j++, total++)
+      if (devices && total < max) devices[total] = ds[j];
+    free(ds);
+  }
+  free(plats);
+  *count = total;
+  return NG_SUCCESS;
+}
+
+static bool contains_nocase(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  for (; *hay; hay++) {
+    size_t i = 0;
+    while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+      i++;
+    if (i == n) return true;
+  }
+  return n == 0;
+}
+
+ng_status ng_select_device(const char *sel, cl_device_id *out) {
+  ng_clear_detail();
+  if (!out) return ng_fail(NG_ERR_NULL_HANDLE, "out is NULL");
+  *out = NULL;
+  cl_uint count = 0;
+  ng_status s = ng_list_devices(NULL, 0, &count);
+  if (s != NG_SUCCESS) return s;
+  if (count == 0) return ng_fail(NG_ERR_NO_DEVICE, "no OpenCL device found on any platform");
+  cl_device_id *ds = calloc(count, sizeof *ds);
+  if (!ds) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "device list");
+  ng_list_devices(ds, count, &count);
+  bool digits = sel && *sel;
+  for (const char *c = sel; digits && *c; c++) digits = isdigit((unsigned char)*c) != 0;
+  if (!sel || !*sel) {
+    for (cl_uint i = 0; i < count && !*out; i++) {
+      cl_device_type t = 0;
+      clGetDeviceInfo(ds[i], CL_DEVICE_TYPE, sizeof t, &t, NULL);
+      if (t & CL_DEVICE_TYPE_GPU) *out = ds[i];
+    }
+    if (!*out) *out = ds[0];
+  } else if (digits) {
+    unsigned long idx = strtoul(sel, NULL, 10);
+    if (idx < count) *out = ds[idx];
+    else s = ng_fail(NG_ERR_NO_DEVICE, "device index %lu out of range (%u devices)", idx, count);
+  } else {
+    for (cl_uint i = 0; i < count && !*out; i++) {
+      char name[256] = "";
+      clGetDeviceInfo(ds[i], CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+      if (contains_nocase(name, sel)) *out = ds[i];
+    }
+    if (!*out) s = ng_fail(NG_ERR_NO_DEVICE, "no device name contains '%s'", sel);
+  }
+  free(ds);
+  return s;
+}
+
+ng_status ng_context_create_selected(const char *selector, ng_context **out) {
+  ng_clear_detail();
+  if (!out) return ng_fail(NG_ERR_NULL_HANDLE, "out is NULL");
+  *out = NULL;
+  cl_device_id dev = NULL;
+  ng_status s = ng_select_device(selector, &dev);
+  if (s != NG_SUCCESS) return s;
+  cl_int e = CL_SUCCESS;
+  cl_context cc = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
+  if (!cc) return ng_fail(e, "clCreateContext failed for the selected device");
+  s = ng_context_create(cc, dev, out);
+  clReleaseContext(cc); /* the ng_context holds its own reference */
+  return s;
+}
+
+ng_status ng_context_create_default(ng_context **out) {
+  return ng_context_create_selected(NULL, out);
+}
+
+void ng_context_release(ng_context *ctx) {
+  if (!ctx) return;
+  ng_program_cache_clear(ctx);
+  pthread_mutex_destroy(&ctx->lock);
+  clReleaseDevice(ctx->device);
+  clReleaseContext(ctx->cl_ctx);
+  free(ctx);
+}
+
+cl_context ng_context_cl_context(const ng_context *ctx) { return ctx ? ctx->cl_ctx : NULL; }
+cl_device_id ng_context_device(const ng_context *ctx) { return ctx ? ctx->device : NULL; }
+
+ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
+  ng_clear_detail();
+  if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
+  switch (what) {
+  case NG_TUNE_WORKGROUP:
+    if (value != NG_TUNE_AUTO && ((value & (value - 1)) != 0 || value > ctx->info.max_wg))
+      return ng_fail(NG_ERR_INVALID_VALUE,
+                     "work-group size %u must be a power of two <= %zu", value, ctx->info.max_wg);
+    break;
+  case NG_TUNE_GROUPS:
+    break;
+  case NG_TUNE_VECTOR:
+    if (value != NG_TUNE_AUTO && value != 1 && value != 8)
+      return ng_fail(NG_ERR_INVALID_VALUE, "vector width %u must be 1 or 8", value);
+    break;
+  case NG_TUNE_REG_COLS:
+    if (value != NG_TUNE_AUTO && value != 1 && value != 2 && value != 4)
+      return ng_fail(NG_ERR_INVALID_VALUE, "register column slots %u must be 1, 2 or 4", value);
+    break;
+  default:
+    return ng_fail(NG_ERR_INVALID_VALUE, "unknown tuning parameter %d", (int)what);
+  }
+  ctx->tune[what] = value;
+  return NG_SUCCESS;
+}
+
+ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
+  ng_clear_detail();
+  if (!ctx || !out) return ng_fail(NG_ERR_NULL_HANDLE, "ctx or out is NULL");
+  ng_context *c = (ng_context *)ctx; /* the lock is not part of the logical state */
+  pthread_mutex_lock(&c->lock);
+  out->programs_built = c->programs_built;
+  out->cache_hits = c->cache_hits;
+  out->disk_hits = c->disk_hits;
+  out->programs_cached = 0;
+  for (ng_program_entry *e = c->programs; e; e = e->next) out->programs_cached++;
+  pthread_mutex_unlock(&c->lock);
+  return NG_SUCCESS;
+}
+
+/* Row kernels: GPU-shaped (a work-group per row, local-memory reduction) on GPUs and
+ * accelerators; CPU-shaped (one work-item per row, no barriers) on CPUs, where PoCL turns
+ * work-groups into loops and barriers into spills (PERF-NOTES). */
+ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
+                                   bool backward) {
+  const ng_device_info *d = &ctx->info;
+  const bool cpu = (d->type & CL_DEVICE_TYPE_CPU) != 0;
+  ng_row_launch l;
+  l.vec = vec_ok ? 8u : 1u;
+  if (ctx->tune[NG_TUNE_VECTOR] == 1) l.vec = 1;
+  l.wg = cpu ? 1u : 256u;
+  if (l.wg > d->max_wg) {
+    l.wg = 1;
+    while (l.wg * 2 <= d->max_wg) l.wg *= 2;
+  }
+  if (ctx->tune[NG_TUNE_WORKGROUP]) l.wg = ctx->tune[NG_TUNE_WORKGROUP];
+  l.reg_cols = cpu ? 1u : 4u;
+  if (ctx->tune[NG_TUNE_REG_COLS]) l.reg_cols = ctx->tune[NG_TUNE_REG_COLS];
+  /* Persistent grid: enough groups to fill the device; backward keeps it small because every
+   * group owns one row of the dW partial buffer. */
+  size_t per_cu = cpu ? 4 : (backward ? (n <= 2048 ? 8 : 2) : 16);
+  size_t g = (size_t)d->compute_units * per_cu;
+  if (ctx->tune[NG_TUNE_GROUPS]) g = ctx->tune[NG_TUNE_GROUPS];
+  if (g > rows) g = rows;
+  if (g == 0) g = 1;
+  l.groups = (unsigned)g;
+  return l;
+}
+
+void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight) {
+  ng_opts_add(o, "DTYPE", x_dtype);
+  ng_opts_add(o, "W_DTYPE", weight.mem ? weight.dtype : NG_F32);
+  ng_opts_add(o, "HAS_W", weight.mem ? 1 : 0);
+  ng_opts_add(o, "VEC", l->vec);
+  ng_opts_add(o, "WG", l->wg);
+}

@@ -1,0 +1,107 @@
+/* Kernel launch and scratch handling shared by the ops. Kernels are created per call from the
+ * cached program: a cl_kernel's arguments are not thread-safe to set, a cl_program is. */
+#include "ng_internal.h"
+
+#define NG_PROFILE_MAX 64
+static _Thread_local struct {
+  bool active, overflow;
+  unsigned count;
+  cl_event ev[NG_PROFILE_MAX];
+} prof;
+
+bool ng_profile_active(void) { return prof.active; }
+
+void ng_profile_record(cl_event ev) {
+  if (!prof.active || !ev) return;
+  if (prof.count == NG_PROFILE_MAX) {
+    prof.overflow = true;
+    return;
+  }
+  clRetainEvent(ev);
+  prof.ev[prof.count++] = ev;
+}
+
+ng_status ng_profile_begin(void) {
+  ng_clear_detail();
+  for (unsigned i = 0; i < prof.count; i++) clReleaseEvent(prof.ev[i]);
+  prof.count = 0;
+  prof.overflow = false;
+  prof.active = true;
+  return NG_SUCCESS;
+}
+
+ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
+  ng_clear_detail();
+  ng_status s = NG_SUCCESS;
+  cl_ulong total = 0;
+  if (!prof.active) s = ng_fail(NG_ERR_INVALID_VALUE, "ng_profile_end without ng_profile_begin");
+  if (s == NG_SUCCESS && prof.count) s = clWaitForEvents(prof.count, prof.ev);
+  for (unsigned i = 0; i < prof.count && s == NG_SUCCESS; i++) {
+    cl_ulong a = 0, b = 0;
+    s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
+    if (s == CL_SUCCESS)
+      s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
+    if (s != CL_SUCCESS) ng_fail(s, "profiling info not available (queue without profiling?)");
+    total += b - a;
+  }
+  if (s == NG_SUCCESS && prof.overflow)
+    s = ng_fail(NG_ERR_INVALID_VALUE, "more than %d kernels between begin and end",
+                NG_PROFILE_MAX);
+  if (kernel_ns) *kernel_ns = total;
+  if (kernels) *kernels = prof.count;
+  for (unsigned i = 0; i < prof.count; i++) clReleaseEvent(prof.ev[i]);
+  prof.count = 0;
+  prof.active = false;
+  return s;
+}
+
+ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
+                     size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
+                     const cl_event *wait, cl_event *event) {
+  cl_int e = CL_SUCCESS;
+  cl_kernel k = clCreateKernel(prog, kname, &e);
+  if (!k) return ng_fail(e, "clCreateKernel(%s) failed", kname);
+  for (cl_uint i = 0; i < nargs && e == CL_SUCCESS; i++) {
+    e = clSetKernelArg(k, i, args[i].size, args[i].ptr);
+    if (e != CL_SUCCESS) ng_fail(e, "clSetKernelArg(%s, %u) failed", kname, i);
+  }
+  if (e == CL_SUCCESS) {
+    cl_event own = NULL;
+    cl_event *evp = event ? event : (prof.active ? &own : NULL);
+    e = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, nwait, nwait ? wait : NULL, evp);
+    if (e == CL_SUCCESS && evp) ng_profile_record(*evp);
+    if (own) clReleaseEvent(own);
+    if (e != CL_SUCCESS)
+      ng_fail(e, "clEnqueueNDRangeKernel(%s, global %zu, local %zu) failed", kname, global,
+              local);
+  }
+  clReleaseKernel(k);
+  return e;
+}
+
+ng_status ng_scratch_acquire(ng_context *ctx, ng_tensor caller, size_t bytes, ng_scratch *out) {
+  out->mem = NULL;
+  out->offset_bytes = 0;
+  out->owned = false;
+  if (bytes == 0) return NG_SUCCESS;
+  if (caller.mem) {
+    if (caller.dtype != NG_F32)
+      return ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "scratch: must be an f32 tensor");
+    ng_status s = ng_check_tensor(ctx, caller, "scratch", bytes / 4, true);
+    if (s != NG_SUCCESS) return s;
+    out->mem = caller.mem;
+    out->offset_bytes = caller.offset * 4;
+    return NG_SUCCESS;
+  }
+  cl_int e = CL_SUCCESS;
+  out->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
+  if (!out->mem) return ng_fail(e, "scratch: clCreateBuffer(%zu bytes) failed", bytes);
+  out->owned = true;
+  return NG_SUCCESS;
+}
+
+void ng_scratch_release(ng_scratch *s) {
+  if (s->owned && s->mem) clReleaseMemObject(s->mem);
+  s->mem = NULL;
+  s->owned = false;
+}

@@ -1,0 +1,156 @@
+/* Private declarations shared by the files of src/. Nothing here is part of the API. */
+#ifndef NG_INTERNAL_H
+#define NG_INTERNAL_H
+
+#include "normgrad.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+
+/* ---- status / detail (status.c) ------------------------------------------------------------ */
+/* Record a printf-style detail for the calling thread and return `status`. */
+ng_status ng_fail(ng_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void ng_clear_detail(void);
+
+/* ---- device facts (context.c) -------------------------------------------------------------- */
+typedef struct ng_device_info {
+  cl_device_type type;
+  cl_uint compute_units;
+  size_t max_wg;
+  cl_ulong local_mem;
+  cl_uint base_align_bytes; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN / 8 */
+  cl_ulong max_alloc;
+  char name[256];
+  char vendor[128];
+  char driver[128];
+  char platform[256];
+} ng_device_info;
+
+/* ---- program cache (program_cache.c) ------------------------------------------------------- */
+typedef struct ng_program_entry {
+  char *key; /* source name + '\n' + options */
+  cl_program program;
+  struct ng_program_entry *next;
+} ng_program_entry;
+
+struct ng_context {
+  cl_context cl_ctx;
+  cl_device_id device;
+  ng_device_info info;
+  unsigned tune[5]; /* indexed by ng_tune; NG_TUNE_AUTO = device default */
+  pthread_mutex_t lock;
+  ng_program_entry *programs;
+  uint64_t programs_built, cache_hits, disk_hits;
+};
+
+/* Build options: integer -D defines only, so no locale can change a build. */
+typedef struct ng_opts {
+  char text[512];
+  size_t len;
+  bool overflow;
+} ng_opts;
+void ng_opts_init(ng_opts *o);
+void ng_opts_add(ng_opts *o, const char *name, long long value);
+
+/* Return the program for source `name` built with `opts` (cached per context, thread-safe). */
+ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
+                         cl_program *out);
+void ng_program_cache_clear(ng_context *ctx);
+
+/* ---- kernel sources (generated ng_kernels.c, or read from the development directory) ------- */
+/* Sources of program `name`: the shared header then the op's file. Returns NG_SUCCESS and
+ * fills `parts` (2 strings, owned by the callee or malloc'ed into *owned to be freed). */
+typedef struct ng_embedded {
+  const char *name;
+  const char *data;
+  size_t len;
+} ng_embedded;
+extern const ng_embedded ng_embedded_sources[]; /* generated ng_kernels.c */
+extern const size_t ng_embedded_count;
+
+typedef struct ng_source {
+  const char *parts[2];
+  size_t lens[2];
+  char *owned[2];
+} ng_source;
+ng_status ng_source_get(const char *name, ng_source *src);
+void ng_source_free(ng_source *src);
+uint64_t ng_fnv1a(uint64_t h, const void *data, size_t len);
+
+/* ---- argument validation (validate.c) ------------------------------------------------------ */
+/* Check that `t` (named `what` in the detail) exists, has a float storage dtype accepted by
+ * `float_only`, and that elements [offset, offset + count) lie within its CL_MEM_SIZE and its
+ * context. */
+ng_status ng_check_tensor(ng_context *ctx, ng_tensor t, const char *what, size_t count,
+                          bool float_only);
+ng_status ng_check_queue(ng_context *ctx, cl_command_queue queue);
+/* a*b with overflow detection. */
+bool ng_mul_overflows(size_t a, size_t b, size_t *out);
+bool ng_is_float_dtype(ng_dtype d);
+/* rows ≥ 1, n ≥ 1, both within the kernels' 32-bit counters, rows·n within size_t. */
+ng_status ng_check_rows(size_t rows, size_t n, size_t *count);
+/* A float scalar that must be finite (and ≥ 0 when nonneg). */
+ng_status ng_check_scalar(float v, const char *what, bool nonneg);
+/* `b` must have the dtype of `a`. */
+ng_status ng_check_same_dtype(ng_tensor a, const char *an, ng_tensor b, const char *bn);
+/* true when offset and every row start keep `vec`-element accesses aligned for `t`. */
+bool ng_vec_aligned(const ng_context *ctx, ng_tensor t, size_t row_len, unsigned vec);
+
+/* ---- launching (launch.c) ------------------------------------------------------------------ */
+/* Kernel arguments are given as a list of (size, pointer) pairs. */
+typedef struct ng_arg {
+  size_t size;
+  const void *ptr;
+} ng_arg;
+#define NG_ARG(v) ((ng_arg){sizeof(v), &(v)})
+#define NG_ARG_LOCAL(bytes) ((ng_arg){(bytes), NULL})
+
+/* Enqueue kernel `kname` of `prog` over a 1-D range. */
+ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
+                     size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
+                     const cl_event *wait, cl_event *event);
+
+/* Record an event of an enqueued command for ng_profile_* when this thread is profiling
+ * (retains it). Call with the event of every enqueue the library makes outside ng_enqueue. */
+void ng_profile_record(cl_event ev);
+bool ng_profile_active(void);
+
+/* Scratch: use the caller's buffer when given, else allocate one (released by ng_scratch_done
+ * after enqueueing; OpenCL keeps it alive until the kernels that use it finish). */
+typedef struct ng_scratch {
+  cl_mem mem;
+  size_t offset_bytes;
+  bool owned;
+} ng_scratch;
+ng_status ng_scratch_acquire(ng_context *ctx, ng_tensor caller, size_t bytes, ng_scratch *out);
+void ng_scratch_release(ng_scratch *s);
+
+/* Launch shape for the row kernels. */
+typedef struct ng_row_launch {
+  unsigned wg;       /* work-items per group */
+  unsigned groups;   /* persistent groups */
+  unsigned vec;      /* 8 or 1 */
+  unsigned reg_cols; /* vector slots per work-item held in registers */
+} ng_row_launch;
+/* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG. */
+void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
+ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
+                                   bool backward);
+
+/* Sum `groups` rows of `n` f32 partials (at part_off floats into `part`) into `out` (its own
+ * dtype), adding to what `out` holds when `accumulate` (reduce.c, cl/reduce.cl). Get the
+ * program first, with the op's other programs, so a build failure enqueues nothing. */
+ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog);
+ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog, cl_mem part,
+                                     size_t part_off, unsigned groups, size_t n, ng_tensor out,
+                                     bool accumulate, cl_uint nwait, const cl_event *wait,
+                                     cl_event *event);
+
+#define NG_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

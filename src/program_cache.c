@@ -1,0 +1,112 @@
+/* Per-context program cache. A program is identified by its source name and its build options
+ * (the sources themselves are fixed for a build of the library, or hashed into the key when read
+ * from the development directory). Compilation happens outside the lock; when two threads build
+ * the same program at once, the first insert wins and the other copy is released. */
+#include "ng_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *make_key(const char *name, const ng_opts *opts, uint64_t src_hash) {
+  size_t n = strlen(name) + opts->len + 32;
+  char *k = malloc(n);
+  if (k) snprintf(k, n, "%s\n%016llx\n%s", name, (unsigned long long)src_hash, opts->text);
+  return k;
+}
+
+static cl_program lookup_locked(ng_context *ctx, const char *key) {
+  for (ng_program_entry *e = ctx->programs; e; e = e->next)
+    if (strcmp(e->key, key) == 0) return e->program;
+  return NULL;
+}
+
+static ng_status build(ng_context *ctx, const char *name, const ng_opts *opts,
+                       ng_source *src, cl_program *out) {
+  cl_int e = CL_SUCCESS;
+  cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 2, (const char **)src->parts, src->lens, &e);
+  if (!p) return ng_fail(e, "clCreateProgramWithSource(%s) failed", name);
+  e = clBuildProgram(p, 1, &ctx->device, opts->text, NULL, NULL);
+  if (e != CL_SUCCESS) {
+    char log[700] = "";
+    size_t len = 0;
+    clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &len);
+    if (len == 0 || len > sizeof log - 1) len = strnlen(log, sizeof log - 1);
+    log[len] = '\0';
+    clReleaseProgram(p);
+    return ng_fail(NG_ERR_BUILD_FAILED, "building %s with '%s' failed (%d): %s", name, opts->text,
+                   (int)e, log);
+  }
+  *out = p;
+  return NG_SUCCESS;
+}
+
+ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
+                         cl_program *out) {
+  if (opts->overflow) return ng_fail(NG_ERR_INTERNAL, "build options too long for %s", name);
+  ng_source src;
+  ng_status s = ng_source_get(name, &src);
+  if (s != NG_SUCCESS) return s;
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < 2; i++) h = ng_fnv1a(h, src.parts[i], src.lens[i]);
+  char *key = make_key(name, opts, h);
+  if (!key) {
+    ng_source_free(&src);
+    return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "program key");
+  }
+
+  pthread_mutex_lock(&ctx->lock);
+  cl_program hit = lookup_locked(ctx, key);
+  if (hit) ctx->cache_hits++;
+  pthread_mutex_unlock(&ctx->lock);
+  if (hit) {
+    free(key);
+    ng_source_free(&src);
+    *out = hit;
+    return NG_SUCCESS;
+  }
+
+  cl_program built = NULL;
+  s = build(ctx, name, opts, &src, &built);
+  ng_source_free(&src);
+  if (s != NG_SUCCESS) {
+    free(key);
+    return s;
+  }
+
+  ng_program_entry *ent = malloc(sizeof *ent);
+  pthread_mutex_lock(&ctx->lock);
+  ctx->programs_built++;
+  cl_program winner = lookup_locked(ctx, key);
+  if (!winner && ent) {
+    ent->key = key;
+    ent->program = built;
+    ent->next = ctx->programs;
+    ctx->programs = ent;
+    winner = built;
+    ent = NULL;
+    key = NULL;
+    built = NULL;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  free(ent);
+  free(key);
+  if (built) clReleaseProgram(built);
+  if (!winner) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "program cache entry");
+  *out = winner;
+  return NG_SUCCESS;
+}
+
+void ng_program_cache_clear(ng_context *ctx) {
+  pthread_mutex_lock(&ctx->lock);
+  ng_program_entry *e = ctx->programs;
+  ctx->programs = NULL;
+  pthread_mutex_unlock(&ctx->lock);
+  while (e) {
+    ng_program_entry *next = e->next;
+    clReleaseProgram(e->program);
+    free(e->key);
+    free(e);
+    e = next;
+  }
+}

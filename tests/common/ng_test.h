@@ -1,0 +1,93 @@
+/* Test support shared by every test binary: one OpenCL device/context/queue per process, host
+ * dtype conversions that reproduce the kernels' rounding, buffers with guard regions, random
+ * data and tolerance checks. */
+#ifndef NG_TEST_H
+#define NG_TEST_H
+
+#include "normgrad.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+typedef struct ng_test_env {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context cl_ctx;
+  cl_command_queue queue;
+  ng_context *ctx;
+  bool is_cpu;
+} ng_test_env;
+
+/* The device named by NORMGRAD_DEVICE (index or name substring), else the default one. Created
+ * once per process; released by ng_test_env_release(). */
+ng_test_env *ng_test_env_get(void);
+void ng_test_env_release(void);
+
+/* ---- host dtype conversions (round-to-nearest-even, as the kernels) ------------------------- */
+uint16_t ng_h_f32_to_bf16(float f);
+float ng_h_bf16_to_f32(uint16_t b);
+uint16_t ng_h_f32_to_f16(float f);
+float ng_h_f16_to_f32(uint16_t h);
+/* rd(): round an f32 value to `dt` and back. */
+float ng_h_rd(ng_dtype dt, float v);
+/* Pack `count` floats into dtype storage at dst (ng_dtype_size(dt) bytes each) and back. */
+void ng_h_pack(ng_dtype dt, const float *src, void *dst, size_t count);
+void ng_h_unpack(ng_dtype dt, const void *src, float *dst, size_t count);
+
+/* ---- device buffers -------------------------------------------------------------------------- */
+/* A buffer of `offset + count + guard` elements of `dt`; elements [offset, offset+count) hold
+ * `vals` (rounded to dt) or, when vals is NULL, the poison value; the rest holds the poison. */
+cl_mem ng_test_upload(ng_dtype dt, const float *vals, size_t count, size_t offset, size_t guard);
+/* Read `count` elements of `dt` from element `offset` of `mem`, converted to float. */
+void ng_test_download(cl_mem mem, ng_dtype dt, size_t offset, size_t count, float *out);
+/* True when every element outside [offset, offset+count) of a buffer of `total` elements still
+ * holds the poison value. */
+bool ng_test_guard_intact(cl_mem mem, ng_dtype dt, size_t offset, size_t count, size_t total);
+#define NG_TEST_POISON 1234.5f
+
+/* ---- data ------------------------------------------------------------------------------------ */
+typedef struct ng_rng {
+  uint64_t s;
+} ng_rng;
+void ng_rng_seed(ng_rng *r, uint64_t seed);
+double ng_rng_uniform(ng_rng *r); /* [0, 1) */
+double ng_rng_normal(ng_rng *r);
+/* `count` values ~ N(mean, std), rounded to dt so the reference sees what the device sees. */
+float *ng_test_random(ng_rng *r, ng_dtype dt, size_t count, double mean, double std);
+
+/* ---- comparison -------------------------------------------------------------------------------
+ * Element i passes when |got − ref| ≤ atol + rtol·|ref| (+ scale[i]·stol when scale is given).
+ * NaN must match NaN. On failure, prints the worst element and fails the cmocka test. */
+typedef struct ng_tol {
+  double rtol, atol;
+} ng_tol;
+void ng_test_assert_close(const char *what, const float *got, const double *ref, size_t count,
+                          ng_tol tol, const char *file, int line);
+#define NG_ASSERT_CLOSE(what, got, ref, count, tol)                                              \
+  ng_test_assert_close(what, got, ref, count, tol, __FILE__, __LINE__)
+/* Tolerance for a tensor stored in dt whose reference is `ref`: rounding of the store plus f32
+ * error relative to the tensor's largest value. */
+ng_tol ng_tol_for(ng_dtype dt, const double *ref, size_t count, double f32_rel);
+
+/* Expect a normgrad call to return `want`; prints the detail when it does not. */
+#define NG_EXPECT_STATUS(call, want)                                                             \
+  do {                                                                                           \
+    ng_status s_ = (call);                                                                       \
+    if (s_ != (want))                                                                            \
+      fail_msg("%s returned %s (%d), expected %s: %s", #call, ng_status_name(s_), s_,           \
+               ng_status_name(want), ng_last_error_detail());                                    \
+  } while (0)
+#define NG_OK(call) NG_EXPECT_STATUS(call, NG_SUCCESS)
+#define CL_OK(call)                                                                              \
+  do {                                                                                           \
+    cl_int e_ = (call);                                                                          \
+    if (e_ != CL_SUCCESS) fail_msg("%s failed: %d", #call, e_);                                  \
+  } while (0)
+
+#define NG_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

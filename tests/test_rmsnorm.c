@@ -1,0 +1,345 @@
+/* RMSNorm forward and backward against the double-precision reference: every casting mode × x
+ * dtype × weight dtype (or none) × frozen/unfrozen × accumulate, awkward shapes, buffer offsets,
+ * both kernel shapes (CPU: a row per work-item; GPU: a row per work-group), a finite-difference
+ * gradient check, and bit-identical dx between frozen and unfrozen runs. */
+#include "ng_test.h"
+#include "ref_norms.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rms_case {
+  size_t rows, n;
+  ng_dtype xd;
+  int wd; /* ng_dtype, or -1 for no weight */
+  ng_casting_mode mode;
+  bool frozen, accumulate;
+  size_t off; /* element offset applied to every buffer */
+  float offset, eps;
+  uint64_t seed;
+} rms_case;
+
+static const char *mode_name(ng_casting_mode m) {
+  return m == NG_CAST_LLAMA ? "llama" : m == NG_CAST_GEMMA ? "gemma" : "none";
+}
+
+static void describe(const rms_case *c, char *buf, size_t len) {
+  snprintf(buf, len, "rows=%zu n=%zu x=%s w=%s mode=%s frozen=%d acc=%d off=%zu", c->rows, c->n,
+           ng_dtype_name(c->xd), c->wd < 0 ? "none" : ng_dtype_name((ng_dtype)c->wd),
+           mode_name(c->mode), c->frozen, c->accumulate, c->off);
+}
+
+static void check_guard(const char *what, cl_mem m, ng_dtype dt, size_t off, size_t count) {
+  if (!ng_test_guard_intact(m, dt, off, count, off + count + 16))
+    fail_msg("%s: an element outside the output range was written", what);
+}
+
+static void run_case(const rms_case *c) {
+  ng_test_env *e = ng_test_env_get();
+  char name[256];
+  describe(c, name, sizeof name);
+  const size_t cnt = c->rows * c->n, off = c->off, G = 16;
+  const bool has_w = c->wd >= 0;
+  const ng_dtype wd = has_w ? (ng_dtype)c->wd : NG_F32;
+  ng_rng rng;
+  ng_rng_seed(&rng, c->seed);
+  float *x = ng_test_random(&rng, c->xd, cnt, 0.3, 1.5);
+  float *dy = ng_test_random(&rng, c->xd, cnt, 0.0, 1.0);
+  float *w = has_w ? ng_test_random(&rng, wd, c->n, c->offset != 0 ? 0.0 : 1.0, 0.5) : NULL;
+  float *dw0 = ng_test_random(&rng, wd, c->n, 0.0, 3.0);
+
+  ref_rmsnorm rp = {c->rows, c->n, c->eps, c->offset, c->mode, c->xd, wd, w};
+  double *y_ref = malloc(cnt * sizeof(double)), *dx_ref = malloc(cnt * sizeof(double));
+  double *dw_ref = malloc(c->n * sizeof(double)), *dw_scale = malloc(c->n * sizeof(double));
+  float *rstd_ref = malloc(c->rows * sizeof(float));
+  double dx_scale = 0;
+  float *got = malloc(cnt * sizeof(float)), *got2 = malloc(cnt * sizeof(float));
+  assert_true(y_ref && dx_ref && dw_ref && dw_scale && rstd_ref && got && got2);
+  ref_rmsnorm_forward(&rp, x, y_ref, rstd_ref);
+  ref_rmsnorm_backward(&rp, dy, x, rstd_ref, dx_ref, dw_ref, c->accumulate ? dw0 : NULL,
+                       dw_scale, &dx_scale);
+
+  cl_mem bx = ng_test_upload(c->xd, x, cnt, off, G);
+  cl_mem bw = has_w ? ng_test_upload(wd, w, c->n, off, G) : NULL;
+  cl_mem by = ng_test_upload(c->xd, NULL, cnt, off, G);
+  cl_mem br = ng_test_upload(NG_F32, NULL, c->rows, off, G);
+  cl_mem bdy = ng_test_upload(c->xd, dy, cnt, off, G);
+  cl_mem brr = ng_test_upload(NG_F32, rstd_ref, c->rows, off, G);
+  cl_mem bdx = ng_test_upload(c->xd, NULL, cnt, off, G);
+  cl_mem bdw = !c->frozen && has_w ? ng_test_upload(wd, dw0, c->n, off, G) : NULL;
+
+  ng_rmsnorm_params p = {c->rows, c->n, c->eps, c->offset, c->mode};
+  ng_tensor tw = has_w ? ng_tensor_of(bw, off, wd) : ng_tensor_none();
+  NG_OK(ng_rmsnorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, off, c->xd), tw,
+                           ng_tensor_of(by, off, c->xd), ng_tensor_of(br, off, NG_F32), 0, NULL,
+                           NULL));
+  ng_tensor tdw = bdw ? ng_tensor_of(bdw, off, wd) : ng_tensor_none();
+  cl_event ev = NULL;
+  NG_OK(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, c->xd),
+                            ng_tensor_of(bx, off, c->xd), tw, ng_tensor_of(brr, off, NG_F32),
+                            ng_tensor_of(bdx, off, c->xd), tdw,
+                            c->accumulate ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0, NULL,
+                            &ev));
+  assert_non_null(ev);
+  CL_OK(clWaitForEvents(1, &ev));
+  clReleaseEvent(ev);
+
+  char what[320];
+  ng_test_download(by, c->xd, off, cnt, got);
+  snprintf(what, sizeof what, "y [%s]", name);
+  ng_tol yt = ng_tol_for(c->xd, y_ref, cnt, 1e-6);
+  if (c->mode != NG_CAST_GEMMA) yt.rtol *= 2; /* two roundings: xhat, then y */
+  NG_ASSERT_CLOSE(what, got, y_ref, cnt, yt);
+  check_guard(what, by, c->xd, off, cnt);
+
+  ng_test_download(br, NG_F32, off, c->rows, got);
+  double *rd = malloc(c->rows * sizeof(double));
+  for (size_t r = 0; r < c->rows; r++) rd[r] = rstd_ref[r];
+  snprintf(what, sizeof what, "rstd [%s]", name);
+  /* f32 sums in another order, and rsqrt within 2 ulp; in `none` mode a rounding boundary of
+   * the x dtype may be crossed, one unit of that dtype */
+  const double sum_rel = 1e-6 + 2e-7 * sqrt((double)c->n);
+  ng_tol rt = {c->mode == NG_CAST_NONE ? fmax(ng_tol_for(c->xd, rd, 0, 0).rtol, sum_rel) : sum_rel, 0};
+  NG_ASSERT_CLOSE(what, got, rd, c->rows, rt);
+  free(rd);
+  check_guard(what, br, NG_F32, off, c->rows);
+
+  ng_test_download(bdx, c->xd, off, cnt, got);
+  snprintf(what, sizeof what, "dx [%s]", name);
+  ng_tol dxt = ng_tol_for(c->xd, dx_ref, cnt, 0);
+  dxt.atol += 4e-6 * dx_scale;
+  NG_ASSERT_CLOSE(what, got, dx_ref, cnt, dxt);
+  check_guard(what, bdx, c->xd, off, cnt);
+
+  if (bdw) {
+    ng_test_download(bdw, wd, off, c->n, got);
+    double mx = 0;
+    for (size_t j = 0; j < c->n; j++) mx = fmax(mx, dw_scale[j]);
+    ng_tol t = ng_tol_for(wd, dw_ref, c->n, 0);
+    t.atol = 2e-6 * mx * (1 + sqrt((double)c->rows) * 0.1);
+    if (c->mode == NG_CAST_LLAMA && c->xd != NG_F32) t.atol += mx / 256 / sqrt((double)c->rows);
+    snprintf(what, sizeof what, "dweight [%s]", name);
+    NG_ASSERT_CLOSE(what, got, dw_ref, c->n, t);
+    check_guard(what, bdw, wd, off, c->n);
+  }
+
+  /* Frozen and unfrozen runs give the same dx bits. */
+  if (bdw) {
+    cl_mem bdx2 = ng_test_upload(c->xd, NULL, cnt, off, G);
+    NG_OK(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, c->xd),
+                              ng_tensor_of(bx, off, c->xd), tw, ng_tensor_of(brr, off, NG_F32),
+                              ng_tensor_of(bdx2, off, c->xd), ng_tensor_none(), 0,
+                              ng_tensor_none(), 0, NULL, NULL));
+    ng_test_download(bdx2, c->xd, off, cnt, got2);
+    ng_test_download(bdx, c->xd, off, cnt, got);
+    if (memcmp(got, got2, cnt * sizeof(float)) != 0)
+      fail_msg("dx differs between frozen and unfrozen runs [%s]", name);
+    clReleaseMemObject(bdx2);
+  }
+
+  clReleaseMemObject(bx);
+  if (bw) clReleaseMemObject(bw);
+  clReleaseMemObject(by);
+  clReleaseMemObject(br);
+  clReleaseMemObject(bdy);
+  clReleaseMemObject(brr);
+  clReleaseMemObject(bdx);
+  if (bdw) clReleaseMemObject(bdw);
+  free(x), free(dy), free(w), free(dw0), free(y_ref), free(dx_ref), free(dw_ref), free(dw_scale);
+  free(rstd_ref), free(got), free(got2);
+}
+
+/* Every mode × x dtype × weight dtype (none, f32, bf16, f16) × frozen × accumulate, on a shape
+ * that takes the vector path and one that takes the scalar path. */
+static void test_matrix(void **state) {
+  (void)state;
+  const ng_dtype xds[] = {NG_F32, NG_F16, NG_BF16};
+  const int wds[] = {-1, NG_F32, NG_BF16, NG_F16};
+  const size_t shapes[][3] = {{37, 520, 0}, {19, 333, 3}};
+  uint64_t seed = 1;
+  for (int sh = 0; sh < 2; sh++)
+    for (int m = 0; m < 3; m++)
+      for (int xi = 0; xi < 3; xi++)
+        for (int wi = 0; wi < 4; wi++)
+          for (int fr = 0; fr < 2; fr++)
+            for (int acc = 0; acc < 2; acc++) {
+              if (wds[wi] < 0 && (!fr || acc)) continue; /* no weight: nothing to train */
+              if (fr && acc) continue;                   /* accumulate needs a dW */
+              rms_case c = {shapes[sh][0], shapes[sh][1], xds[xi], wds[wi], (ng_casting_mode)m,
+                            fr != 0, acc != 0, shapes[sh][2], m == 1 ? 1.0f : 0.0f, 1e-6f,
+                            seed++};
+              run_case(&c);
+            }
+}
+
+/* N = 1, 7, 4097, 65536, 262144 with one row and many rows. */
+static void test_shapes(void **state) {
+  (void)state;
+  const size_t shapes[][2] = {{1000, 1}, {1, 1},     {1000, 7},    {1, 7},    {1, 4097},
+                              {1000, 4097}, {1, 65536}, {1000, 65536}, {3, 262144}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+    rms_case c = {shapes[i][0], shapes[i][1], NG_BF16, NG_F32, NG_CAST_LLAMA, false, i % 2 == 0,
+                  0, 0.0f, 1e-6f, 100 + i};
+    run_case(&c);
+    c.xd = NG_F32;
+    c.wd = NG_BF16;
+    c.frozen = i % 3 == 0;
+    c.accumulate = false;
+    c.off = 8;
+    c.mode = NG_CAST_GEMMA;
+    if (shapes[i][0] * shapes[i][1] <= 5000000) run_case(&c);
+  }
+}
+
+/* The GPU-shaped kernels (a row per work-group, local-memory reductions, dW in registers or in
+ * the partial row) on whatever device runs the tests. */
+static void test_workgroup_shape(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 5));
+  /* n ≤ 64·2·8: dW in registers; above: partial rows; odd n: scalar path */
+  const size_t shapes[][2] = {{50, 1}, {50, 1024}, {50, 1032}, {7, 4097}, {300, 96}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
+    for (int xi = 0; xi < 3; xi++) {
+      rms_case c = {shapes[i][0], shapes[i][1], (ng_dtype)xi, NG_BF16, (ng_casting_mode)(i % 3),
+                    false, xi == 2, i == 4 ? 8 : 0, 0.5f, 1e-5f, 200 + i * 3 + xi};
+      run_case(&c);
+    }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+}
+
+/* Backward is the gradient of forward: L = Σ y·g, checked by central differences in f32 with
+ * the gemma mode (no intermediate rounding) and a non-trivial offset. */
+static double loss(ng_test_env *e, const ng_rmsnorm_params *p, const float *x, const float *w,
+                   const float *g) {
+  size_t cnt = p->rows * p->n;
+  cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, p->n, 0, 0);
+  cl_mem by = ng_test_upload(NG_F32, NULL, cnt, 0, 0), br = ng_test_upload(NG_F32, NULL, p->rows, 0, 0);
+  NG_OK(ng_rmsnorm_forward(e->ctx, e->queue, p, ng_tensor_of(bx, 0, NG_F32),
+                           ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(by, 0, NG_F32),
+                           ng_tensor_of(br, 0, NG_F32), 0, NULL, NULL));
+  float *y = malloc(cnt * sizeof(float));
+  ng_test_download(by, NG_F32, 0, cnt, y);
+  double l = 0;
+  for (size_t i = 0; i < cnt; i++) l += (double)y[i] * g[i];
+  free(y);
+  clReleaseMemObject(bx), clReleaseMemObject(bw), clReleaseMemObject(by), clReleaseMemObject(br);
+  return l;
+}
+
+static void test_finite_difference(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_rmsnorm_params p = {3, 13, 1e-5f, 0.25f, NG_CAST_GEMMA};
+  size_t cnt = p.rows * p.n;
+  ng_rng rng;
+  ng_rng_seed(&rng, 77);
+  float *x = ng_test_random(&rng, NG_F32, cnt, 0.2, 1.0);
+  float *w = ng_test_random(&rng, NG_F32, p.n, 1.0, 0.3);
+  float *g = ng_test_random(&rng, NG_F32, cnt, 0.0, 1.0);
+  /* analytic */
+  cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, p.n, 0, 0);
+  cl_mem by = ng_test_upload(NG_F32, NULL, cnt, 0, 0), br = ng_test_upload(NG_F32, NULL, p.rows, 0, 0);
+  cl_mem bg = ng_test_upload(NG_F32, g, cnt, 0, 0), bdx = ng_test_upload(NG_F32, NULL, cnt, 0, 0);
+  cl_mem bdw = ng_test_upload(NG_F32, NULL, p.n, 0, 0);
+  NG_OK(ng_rmsnorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, 0, NG_F32),
+                           ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(by, 0, NG_F32),
+                           ng_tensor_of(br, 0, NG_F32), 0, NULL, NULL));
+  NG_OK(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bg, 0, NG_F32),
+                            ng_tensor_of(bx, 0, NG_F32), ng_tensor_of(bw, 0, NG_F32),
+                            ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_F32),
+                            ng_tensor_of(bdw, 0, NG_F32), 0, ng_tensor_none(), 0, NULL, NULL));
+  float *dx = malloc(cnt * sizeof(float)), *dw = malloc(p.n * sizeof(float));
+  ng_test_download(bdx, NG_F32, 0, cnt, dx);
+  ng_test_download(bdw, NG_F32, 0, p.n, dw);
+  const float h = 1e-2f;
+  for (size_t i = 0; i < cnt; i++) {
+    float keep = x[i];
+    x[i] = keep + h;
+    double lp = loss(e, &p, x, w, g);
+    x[i] = keep - h;
+    double lm = loss(e, &p, x, w, g);
+    x[i] = keep;
+    double fd = (lp - lm) / (2.0 * h);
+    if (fabs(fd - dx[i]) > 2e-3 * (1 + fabs(fd)))
+      fail_msg("dx[%zu]: backward %.6g, finite difference %.6g", i, (double)dx[i], fd);
+  }
+  for (size_t j = 0; j < p.n; j++) {
+    float keep = w[j];
+    w[j] = keep + h;
+    double lp = loss(e, &p, x, w, g);
+    w[j] = keep - h;
+    double lm = loss(e, &p, x, w, g);
+    w[j] = keep;
+    double fd = (lp - lm) / (2.0 * h);
+    if (fabs(fd - dw[j]) > 2e-3 * (1 + fabs(fd)))
+      fail_msg("dweight[%zu]: backward %.6g, finite difference %.6g", j, (double)dw[j], fd);
+  }
+  free(x), free(w), free(g), free(dx), free(dw);
+  clReleaseMemObject(bx), clReleaseMemObject(bw), clReleaseMemObject(by), clReleaseMemObject(br);
+  clReleaseMemObject(bg), clReleaseMemObject(bdx), clReleaseMemObject(bdw);
+}
+
+/* Same inputs, same bits: dW has no float atomics. */
+static void test_deterministic(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_rmsnorm_params p = {513, 1000, 1e-6f, 0.0f, NG_CAST_LLAMA};
+  size_t cnt = p.rows * p.n;
+  ng_rng rng;
+  ng_rng_seed(&rng, 5);
+  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1), *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
+  float *w = ng_test_random(&rng, NG_F32, p.n, 1, 0.1), *r = malloc(p.rows * sizeof(float));
+  for (size_t i = 0; i < p.rows; i++) r[i] = 0.9f;
+  cl_mem bx = ng_test_upload(NG_BF16, x, cnt, 0, 0), bdy = ng_test_upload(NG_BF16, dy, cnt, 0, 0);
+  cl_mem bw = ng_test_upload(NG_F32, w, p.n, 0, 0), br = ng_test_upload(NG_F32, r, p.rows, 0, 0);
+  cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0), bdw = ng_test_upload(NG_F32, NULL, p.n, 0, 0);
+  float *first = malloc(p.n * sizeof(float)), *again = malloc(p.n * sizeof(float));
+  for (int it = 0; it < 3; it++) {
+    NG_OK(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, NG_BF16),
+                              ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
+                              ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_BF16),
+                              ng_tensor_of(bdw, 0, NG_F32), 0, ng_tensor_none(), 0, NULL, NULL));
+    ng_test_download(bdw, NG_F32, 0, p.n, it ? again : first);
+    if (it) assert_memory_equal(first, again, p.n * sizeof(float));
+  }
+  /* a caller-provided scratch buffer gives the same bits */
+  size_t bytes = 0;
+  NG_OK(ng_rmsnorm_backward_scratch_size(e->ctx, &p, 1, &bytes));
+  assert_true(bytes > 0);
+  cl_mem sc = ng_test_upload(NG_F32, NULL, bytes / 4, 8, 0);
+  NG_OK(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, NG_BF16),
+                            ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
+                            ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_BF16),
+                            ng_tensor_of(bdw, 0, NG_F32), 0, ng_tensor_of(sc, 8, NG_F32), 0, NULL,
+                            NULL));
+  ng_test_download(bdw, NG_F32, 0, p.n, again);
+  assert_memory_equal(first, again, p.n * sizeof(float));
+  size_t frozen_bytes = 1;
+  NG_OK(ng_rmsnorm_backward_scratch_size(e->ctx, &p, 0, &frozen_bytes));
+  assert_int_equal(frozen_bytes, 0);
+  free(x), free(dy), free(w), free(r), free(first), free(again);
+  clReleaseMemObject(bx), clReleaseMemObject(bdy), clReleaseMemObject(bw), clReleaseMemObject(br);
+  clReleaseMemObject(bdx), clReleaseMemObject(bdw), clReleaseMemObject(sc);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ng_test_env_release();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matrix),          cmocka_unit_test(test_workgroup_shape),
+      cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_shapes),
+  };
+  return cmocka_run_group_tests(tests, NULL, teardown);
+}
