@@ -7,6 +7,7 @@ static _Thread_local struct {
   bool active, overflow;
   unsigned count;
   cl_event ev[NG_PROFILE_MAX];
+  cl_event from[NG_PROFILE_MAX]; /* span entries: timed from this event's END; else NULL */
 } prof;
 
 bool ng_profile_active(void) { return prof.active; }
@@ -18,13 +19,33 @@ void ng_profile_record(cl_event ev) {
     return;
   }
   clRetainEvent(ev);
+  prof.from[prof.count] = NULL;
   prof.ev[prof.count++] = ev;
+}
+
+void ng_profile_record_span(cl_event from, cl_event to) {
+  if (!prof.active || !from || !to) return;
+  if (prof.count == NG_PROFILE_MAX) {
+    prof.overflow = true;
+    return;
+  }
+  clRetainEvent(from);
+  clRetainEvent(to);
+  prof.from[prof.count] = from;
+  prof.ev[prof.count++] = to;
+}
+
+static void profile_release_all(void) {
+  for (unsigned i = 0; i < prof.count; i++) {
+    clReleaseEvent(prof.ev[i]);
+    if (prof.from[i]) clReleaseEvent(prof.from[i]);
+  }
+  prof.count = 0;
 }
 
 ng_status ng_profile_begin(void) {
   ng_clear_detail();
-  for (unsigned i = 0; i < prof.count; i++) clReleaseEvent(prof.ev[i]);
-  prof.count = 0;
+  profile_release_all();
   prof.overflow = false;
   prof.active = true;
   return NG_SUCCESS;
@@ -38,19 +59,21 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
   if (s == NG_SUCCESS && prof.count) s = clWaitForEvents(prof.count, prof.ev);
   for (unsigned i = 0; i < prof.count && s == NG_SUCCESS; i++) {
     cl_ulong a = 0, b = 0;
-    s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
+    if (prof.from[i])
+      s = clGetEventProfilingInfo(prof.from[i], CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
+    else
+      s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
     if (s == CL_SUCCESS)
       s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
     if (s != CL_SUCCESS) ng_fail(s, "profiling info not available (queue without profiling?)");
-    total += b - a;
+    total += b > a ? b - a : 0;
   }
   if (s == NG_SUCCESS && prof.overflow)
     s = ng_fail(NG_ERR_INVALID_VALUE, "more than %d kernels between begin and end",
                 NG_PROFILE_MAX);
   if (kernel_ns) *kernel_ns = total;
   if (kernels) *kernels = prof.count;
-  for (unsigned i = 0; i < prof.count; i++) clReleaseEvent(prof.ev[i]);
-  prof.count = 0;
+  profile_release_all();
   prof.active = false;
   return s;
 }
