@@ -243,10 +243,8 @@ typedef enum ng_reduction {
   NG_REDUCTION_NONE = 2 /* one value per row; ignored rows give 0 */
 } ng_reduction;
 
-/* chunk_rows / v_block: chosen by the op (the default). */
+/* chunk_rows / scratch_budget / v_block: chosen by the op (the default). */
 #define NG_FLCE_AUTO 0u
-/* Default scratch_budget: everything the op allocates (its scratch and CLBlast's temporary). */
-#define NG_FLCE_DEFAULT_SCRATCH_BUDGET ((size_t)256 << 20)
 
 typedef struct ng_flce_params {
   size_t bt, h, v;          /* rows, hidden size, vocabulary size (all ≥ 1) */
@@ -256,16 +254,19 @@ typedef struct ng_flce_params {
   float softcap;            /* 0 = off; c > 0: logits become c·tanh(z/c) before the loss */
   float lse_square_scale;   /* z-loss λ ≥ 0: adds λ·lse² per non-ignored row (not weighted) */
   float grad_output;        /* d(final loss)/d(loss) for mean/sum when no grad_output tensor */
-  size_t chunk_rows;        /* rows per chunk, or NG_FLCE_AUTO: the most that fit the budget */
-  size_t scratch_budget;    /* bytes (NG_FLCE_AUTO chunk only); default 256 MiB, capped by the
-                               device's largest allocation */
+  size_t chunk_rows;        /* rows per chunk, or NG_FLCE_AUTO: the most that fit the budget
+                               (a multiple of 256 when at least 256) */
+  size_t scratch_budget;    /* bytes that everything the op allocates (its scratch and CLBlast's
+                               temporary) may take, for NG_FLCE_AUTO chunks; NG_FLCE_AUTO: 1/64
+                               of the device's memory, at least 256 MiB. Capped by the device's
+                               largest allocation. */
   size_t v_block;           /* NG_FLCE_AUTO: split a product along V only where CLBlast would
-                               copy the whole weight, in blocks of the chunk size rounded up to
-                               256 rows; n > 0: every product in blocks of n rows of weight */
+                               copy the whole weight, in blocks of max(chunk rounded up to 256,
+                               chunk·V/(4·H)) rows; n > 0: every product in blocks of n rows */
 } ng_flce_params;
 
-/** Defaults: ignore_index −100, no smoothing, mean, no softcap, no z-loss, grad_output 1, chunk
- *  from a 256 MiB budget. */
+/** Defaults: ignore_index −100, no smoothing, mean, no softcap, no z-loss, grad_output 1, chunk,
+ *  budget and V-block NG_FLCE_AUTO. */
 NG_API ng_flce_params ng_flce_params_default(size_t bt, size_t h, size_t v);
 
 /* The op's tensors. Absent ones have mem NULL (ng_tensor_none()).

@@ -51,8 +51,12 @@ ng_status ng_gemm_enqueue(cl_command_queue q, const ng_gemm *g, cl_mem temp) {
   cl_event from = NULL, done = NULL;
   const bool prof = ng_profile_active();
   if (prof) {
-    cl_int e = clEnqueueMarkerWithWaitList(q, 0, NULL, &from);
-    if (e != CL_SUCCESS) return ng_fail(e, "clEnqueueMarkerWithWaitList before a GEMM failed");
+    /* CLBlast returns the event of its last kernel only; a 4-byte fill of the temporary (which
+     * CLBlast overwrites before reading) marks where the call starts. A marker would not do:
+     * some drivers (PoCL) stamp markers at submission, not at completion of what precedes. */
+    const cl_uint zero = 0;
+    cl_int e = clEnqueueFillBuffer(q, temp, &zero, sizeof zero, 0, sizeof zero, 0, NULL, &from);
+    if (e != CL_SUCCESS) return ng_fail(e, "clEnqueueFillBuffer before a GEMM failed");
   }
   cl_mem t = temp;
   CLBlastStatusCode st;

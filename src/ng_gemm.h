@@ -22,7 +22,8 @@ ng_status ng_gemm_temp_bytes(cl_command_queue q, const ng_gemm *g, size_t *bytes
 
 /* Enqueue `g` on the in-order queue `q` with `temp` as CLBlast's temporary buffer (required, so
  * CLBlast never allocates one of its own; CLBlast checks that its CL_MEM_SIZE suffices). The call
- * is recorded for ng_profile_* as one span, from a marker enqueued before it to its last kernel. */
+ * is recorded for ng_profile_* as one span, from a tiny fill of `temp` enqueued before it to its
+ * last kernel. */
 ng_status ng_gemm_enqueue(cl_command_queue q, const ng_gemm *g, cl_mem temp);
 
 /* ---- splitting a product along one dimension ----------------------------------------------- */

@@ -495,12 +495,13 @@ static void test_shapes(void **state) {
 static void test_indirect_gemms(void **state) {
   (void)state;
   struct {
-    size_t bt, h, v, chunk, w_off;
-  } s[] = {{600, 520, 1031, 512, 0}, {520, 512, 1030, 512, 0}, {512, 512, 1024, 512, 3}};
+    size_t bt, h, v, chunk, w_off, vb;
+  } s[] = {{600, 520, 1031, 512, 0, 1024}, {520, 512, 1030, 512, 0, 0}, {512, 512, 1024, 512, 3, 768}};
   for (size_t i = 0; i < NG_ARRAY_LEN(s); i++) {
     flce_case c = base_case(s[i].bt, s[i].h, s[i].v, 800 + i);
     c.chunk = s[i].chunk;
     c.w_off = s[i].w_off;
+    c.vb = s[i].vb;
     c.bias = true;
     c.xd = i == 1 ? NG_BF16 : NG_F32;
     c.eps = 0.1f;
@@ -682,9 +683,10 @@ static bool clblast_copies(ng_test_env *e, const ng_gemm *g, int which) {
 
 /* Every CLBlast call of the op, asked of CLBlast itself, on shapes with prime and
  * non-multiple-of-64 sizes and unaligned weight offsets: each temporary is at most
- *   4·(c'·(V' + H') + b'·H')  bytes, x' = x rounded up to 256, c the chunk, b the V-block,
- * and a call that spans more than one V-block does not copy the weight (or its gradient) at all.
- * Where that bound is below V·H·4, every temporary is too. */
+ *   4·(c'·(V' + H') + b'·H')  bytes, x' = x rounded up to 256, c the chunk, b the V-block
+ * (itself at most max(c', c·V/(4H)) rows), and a call that spans more than one V-block does not
+ * copy the weight (or its gradient) at all. Where that bound is below V·H·4, every temporary is
+ * too. */
 static void test_gemm_temporaries(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -715,6 +717,10 @@ static void test_gemm_temporaries(void **state) {
       NG_OK(ng_flce_plan(e->ctx, e->queue, &p, &t, 0, &info));
       const size_t V = s[i].v, H = s[i].h;
       const size_t bound = 4 * (up(c, 256) * (up(V, 256) + up(H, 256)) + up(vb, 256) * up(H, 256));
+      /* the V-block itself is chunk-sized: at most the chunk (rounded up to 256) or a quarter
+       * of the logits chunk */
+      if (vb * H > up(c, 256) * H && vb * H > c * V / 4)
+        fail_msg("shape %zu: V-block %zu rows of %zu is not bounded by the chunk %zu", i, vb, H, c);
       const bool strict = bound < V * H * 4;
       size_t worst = 0, seen[3] = {0, 0, 0};
       for (size_t k = 0; k < n; k++) {
@@ -946,7 +952,7 @@ static void test_errors(void **state) {
     s.p.chunk_rows = NG_FLCE_AUTO;
     s.p.scratch_budget = 100;
     EXPECT_FAIL(&s, NG_ERR_INVALID_VALUE, "budget");
-    s.p.scratch_budget = NG_FLCE_DEFAULT_SCRATCH_BUDGET;
+    s.p.scratch_budget = NG_FLCE_AUTO;
     s.p.chunk_rows = 4;
   }
   /* the call itself works with these buffers (so the failures above were the arguments') */

@@ -29,6 +29,7 @@ enum {
 #define NG_INT_MAX 2147483647u /* CLBlast indexes with int */
 #define FLCE_ALIGN 256u        /* rows of the aligned leading part of a split (any tile divides it) */
 #define N_STATS 8
+#define NG_FLCE_MIN_AUTO_BUDGET ((size_t)256 << 20)
 
 typedef struct flce_plan {
   size_t c, c_last, nchunks, vb;
@@ -52,7 +53,7 @@ ng_flce_params ng_flce_params_default(size_t bt, size_t h, size_t v) {
   p.reduction = NG_REDUCTION_MEAN;
   p.grad_output = 1.0f;
   p.chunk_rows = NG_FLCE_AUTO;
-  p.scratch_budget = NG_FLCE_DEFAULT_SCRATCH_BUDGET;
+  p.scratch_budget = NG_FLCE_AUTO;
   p.v_block = NG_FLCE_AUTO;
   return p;
 }
@@ -186,6 +187,16 @@ static void plan_free(flce_plan *pl) {
     for (int k = 0; k < K_COUNT; k++) ng_gemm_plan_free(&pl->gp[g][k]);
 }
 
+/* Rows of weight per call where a product must be split: the chunk rounded up to 256, or more
+ * when a quarter of the logits chunk (c·V/4 floats) holds more rows of weight — fewer, larger
+ * calls, and still a copy smaller than the chunk's own logits. */
+static size_t auto_v_block(size_t c, size_t v, size_t h) {
+  size_t vb = round_up(c, FLCE_ALIGN);
+  const size_t q = c * v / (4 * h) / FLCE_ALIGN * FLCE_ALIGN;
+  if (q > vb) vb = q;
+  return vb;
+}
+
 /* The whole (unsplit) product of GEMM `which` for the chunk at rows [r0, r0 + cr). */
 static ng_gemm chunk_gemm(const flce_plan *pl, const ng_flce_params *p, const ng_flce_tensors *t,
                           cl_mem scratch, int which, size_t r0, size_t cr, bool first_chunk,
@@ -245,7 +256,7 @@ static ng_status plan_for(ng_context *ctx, cl_command_queue q, const ng_flce_par
   pl->c = c;
   pl->nchunks = (bt + c - 1) / c;
   pl->c_last = bt - (pl->nchunks - 1) * c;
-  pl->vb = p->v_block != NG_FLCE_AUTO ? p->v_block : round_up(c, FLCE_ALIGN);
+  pl->vb = p->v_block != NG_FLCE_AUTO ? p->v_block : auto_v_block(c, v, h);
   pl->stage = t->input.dtype != NG_F32;
   pl->need[G_LOGITS] = true;
   pl->need[G_DINPUT] = present(t->dinput);
@@ -310,6 +321,13 @@ static ng_status make_plan(ng_context *ctx, cl_command_queue q, const ng_flce_pa
     return s;
   }
   size_t budget = p->scratch_budget;
+  if (budget == NG_FLCE_AUTO) {
+    /* 1/64 of the device's memory, at least 256 MiB */
+    cl_ulong gm = 0;
+    clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof gm, &gm, NULL);
+    budget = (size_t)(gm / 64);
+    if (budget < NG_FLCE_MIN_AUTO_BUDGET) budget = NG_FLCE_MIN_AUTO_BUDGET;
+  }
   if (max_alloc && budget > max_alloc) budget = max_alloc;
   /* First guess: logits, staging and CLBlast's copies of the chunk operands per row. */
   const size_t per_row = 4 * (2 * p->v + 3 * p->h), fixed = 16 * bt + 4096;
