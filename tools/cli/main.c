@@ -71,7 +71,7 @@ int cli_parse_ll(const char *opt, const char *text, long long lo, long long hi, 
 /* A float option: a finite double in [lo, hi] that must not silently flush to zero in f32. */
 static int parse_float(const char *opt, const char *text, double lo, double hi, float *out,
                        char *err, size_t errlen) {
-  double v;
+  double v = 0.0; /* -O3 cannot see cli_parse_double sets it on success */
   int rc = cli_parse_double(opt, text, lo, hi, &v, err, errlen);
   if (rc) return rc;
   if (v != 0.0 && (float)v == 0.0f)
