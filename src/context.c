@@ -221,13 +221,13 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
  * work-groups into loops and barriers into spills (PERF-NOTES).
  *
  * GPU choices, measured on the H100 (bf16, rows·n = 2^25):
- *  - the work-group is sized to the row, each work-item taking at least two vectors, so short
- *    rows do not leave half of it idle (32…256; 512 or 1024 for rows of 2048+ vectors, where
- *    fewer rows in flight keep the second pass over a row in L2);
+ *  - the work-group is sized to the row so that each work-item holds two vectors of it in
+ *    registers (REG = 2; 32…1024 work-items, so rows up to 2048 vectors); longer rows stream
+ *    through twice;
  *  - the persistent grid fills the device assuming 2048 resident work-items per compute unit,
  *    half that when dW sums live in registers (register pressure), one group per unit when dW
  *    goes through the partial rows (each group owns a row of n floats of scratch);
- *  - dW sums stay in registers for up to wg·4 vectors (REG = 4). */
+ *  - rows that fit in registers keep their dW sums there too. */
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    bool backward) {
   const ng_device_info *d = &ctx->info;
@@ -241,13 +241,11 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
   size_t wg = 1;
   if (!cpu) {
     wg = 32;
-    while (wg < 256 && wg * 2 < nv) wg *= 2;
-    if (nv >= 2048) wg = nv >= 4096 ? 1024 : 512;
-    if (wg > maxwg) wg = maxwg;
+    while (wg < maxwg && wg * 2 < nv) wg *= 2;
   }
   if (ctx->tune[NG_TUNE_WORKGROUP]) wg = ctx->tune[NG_TUNE_WORKGROUP];
   l.wg = (unsigned)wg;
-  l.reg_cols = cpu ? 1u : (nv <= wg * 4 ? 4u : 1u);
+  l.reg_cols = cpu ? 1u : 2u;
   if (ctx->tune[NG_TUNE_REG_COLS]) l.reg_cols = ctx->tune[NG_TUNE_REG_COLS];
   l.nv_shfl = d->nv_shfl && l.wg % 32 == 0;
   const bool dw_in_regs = nv <= (size_t)l.wg * l.reg_cols;
@@ -273,5 +271,6 @@ void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor
   ng_opts_add(o, "HAS_W", weight.mem ? 1 : 0);
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
+  ng_opts_add(o, "REG", l->reg_cols);
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
 }

@@ -109,7 +109,6 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   ng_opts_init(&o);
   ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  if (compute_dw) ng_opts_add(&o, "REG", l.reg_cols);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
