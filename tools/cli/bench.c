@@ -130,16 +130,11 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   cli_device_desc dev;
   cli_describe_device(env->device, &dev);
 
-  /* The copy ceiling first, so its 512 MiB are gone before the op allocates. */
-  double copy_gbps = 0;
-  int rc = measure_copy(env, dev.max_alloc, &copy_gbps, err, sizeof err);
-  if (rc) return cli_error(rc, "bench: %s", err);
-
   cli_bench_case cases[4];
   memset(cases, 0, sizeof cases);
   int ncases = 0;
   void *state = NULL;
-  rc = op->bench_setup(env, spec, o, cases, &ncases, &state, err, sizeof err);
+  int rc = op->bench_setup(env, spec, o, cases, &ncases, &state, err, sizeof err);
   if (rc) return cli_error(rc, "bench %s: %s", op->name, *err ? err : "setup failed");
   int which = -1;
   for (int i = 0; i < ncases; i++)
@@ -155,6 +150,13 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
                      pass, list);
   }
   const cli_bench_case *c = &cases[which];
+
+  double copy_gbps = 0;
+  rc = measure_copy(env, dev.max_alloc, &copy_gbps, err, sizeof err);
+  if (rc) {
+    op->bench_cleanup(state);
+    return cli_error(rc, "bench: %s", err);
+  }
 
   cl_mem flush = NULL;
   size_t flush_bytes = 0;

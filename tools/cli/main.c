@@ -490,6 +490,8 @@ static int cmd_inspect(int argc, char **argv) {
 
 static int cmd_help(int argc, char **argv);
 
+/* The subcommands. To add one (e.g. `cache`): write `int cli_cmd_cache(int argc, char **argv)`
+ * in its own file, declare it in cli.h, and add its row here. */
 static const cli_command commands[] = {
     {"devices", cmd_devices, "list OpenCL devices (indices for --device)",
      "usage: normgrad-cli devices [--json]\n"
