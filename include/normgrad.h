@@ -170,8 +170,9 @@ NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *o
 /* ---------------------------------------------------------------------------------------------
  * Profiling: the time of every kernel an op enqueues (its queue needs CL_QUEUE_PROFILING_ENABLE).
  * Between begin and end, every kernel (and GEMM) this thread enqueues through normgrad is
- * recorded; end waits for them and returns the sum of their END−START times. At most 64 kernels
- * are recorded (NG_ERR_INVALID_VALUE past that).
+ * recorded; end waits for them and returns the sum of their END−START times (a CLBlast GEMM,
+ * which runs several kernels, counts from just before its first to the end of its last). At most
+ * 2^20 are recorded (NG_ERR_INVALID_VALUE past that).
  * ------------------------------------------------------------------------------------------- */
 NG_API ng_status ng_profile_begin(void);
 NG_API ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels);
