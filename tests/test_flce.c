@@ -28,7 +28,8 @@ typedef struct flce_case {
   bool go_tensor; /* mean/sum: grad_output as a device [1] tensor */
   float go;
   size_t chunk, vb, off;
-  size_t w_off; /* extra offset of weight/dweight */
+  size_t w_off;  /* extra offset of weight/dweight */
+  size_t budget; /* scratch_budget (0: automatic) */
   uint64_t seed;
   float logit_std;
 } flce_case;
@@ -181,6 +182,7 @@ static void run_case(const flce_case *c, flce_result *res) {
   p.grad_output = c->go;
   p.chunk_rows = c->chunk;
   p.v_block = c->vb;
+  p.scratch_budget = c->budget;
   ng_flce_tensors t;
   memset(&t, 0, sizeof t);
   t.input = ng_tensor_of(bx, off, c->xd);
@@ -356,6 +358,23 @@ static void test_chunks(void **state) {
     run_case(&c, &r);
     assert_int_equal(r.info.chunk_rows, chunks[i] == NG_FLCE_AUTO || chunks[i] > 37 ? 37 : chunks[i]);
     assert_int_equal(r.info.chunks, (37 + r.info.chunk_rows - 1) / r.info.chunk_rows);
+    result_free(&r);
+  }
+  /* a scratch budget that forces several chunks: the chunk is the largest granule that fits */
+  for (size_t div = 2; div <= 8; div *= 2) {
+    flce_case c = base_case(300, 16, 64, 450 + div);
+    c.xd = NG_BF16;
+    c.bias = true;
+    flce_result r;
+    run_case(&c, &r);
+    const size_t whole = r.info.peak_bytes;
+    assert_int_equal(r.info.chunks, 1);
+    result_free(&r);
+    c.budget = whole / div;
+    run_case(&c, &r);
+    assert_true(r.info.peak_bytes <= c.budget);
+    assert_true(r.info.chunks >= 2);
+    assert_true(r.info.chunk_rows % 64 == 0 || r.info.chunk_rows < 64);
     result_free(&r);
   }
   const size_t vbs[] = {1, 7, 16, 60};

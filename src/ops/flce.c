@@ -345,10 +345,13 @@ static ng_status make_plan(ng_context *ctx, cl_command_queue q, const ng_flce_pa
   if (c > bt) c = bt;
   if (c > cap_rows) c = cap_rows;
   if (c < 1) c = 1;
+  /* Shrink until the plan fits (the guess above is rough), then grow by whole granules while
+   * the next size still fits. */
+  ng_status s = NG_SUCCESS;
   for (int it = 0;; it++) {
-    ng_status s = plan_for(ctx, q, p, t, flags, c, pl);
+    s = plan_for(ctx, q, p, t, flags, c, pl);
     if (s != NG_SUCCESS) return s;
-    if (pl->total_bytes <= budget) return NG_SUCCESS;
+    if (pl->total_bytes <= budget) break;
     if (c == 1 || it == 12)
       return ng_fail(NG_ERR_INVALID_VALUE,
                      "scratch_budget %zu bytes is too small: %zu rows per chunk need %zu", budget,
@@ -357,6 +360,23 @@ static ng_status make_plan(ng_context *ctx, cl_command_queue q, const ng_flce_pa
     if (nc >= c) nc = c - 1;
     c = round_chunk(nc);
   }
+  for (int it = 0; it < 64 && c < bt; it++) {
+    size_t nc = c >= FLCE_ALIGN ? c + FLCE_ALIGN : c >= 64 ? c + 64 : c + 1;
+    if (nc > bt) nc = bt;
+    if (nc > cap_rows) break;
+    flce_plan up;
+    memset(&up, 0, sizeof up);
+    s = plan_for(ctx, q, p, t, flags, nc, &up);
+    if (s != NG_SUCCESS || up.total_bytes > budget) {
+      plan_free(&up);
+      if (s != NG_SUCCESS) return s;
+      break;
+    }
+    plan_free(pl);
+    *pl = up;
+    c = nc;
+  }
+  return NG_SUCCESS;
 }
 
 static void fill_info(const flce_plan *pl, ng_flce_info *info) {
