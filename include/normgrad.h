@@ -230,8 +230,86 @@ NG_API ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsn
 /* ---- LayerNorm (issue 3) -------------------------------------------------------------------- */
 
 /* ---- GroupNorm (issue 3) -------------------------------------------------------------------- */
+/* x[B, C, *spatial] viewed as [B, C, S] (S = product of the spatial dims, 1 for x[B, C]); groups
+ * of C/G consecutive channels. Per (b, g): n = (C/G)·S elements, mean and variance two-pass
+ * style (chunk-wise exact deviations merged pairwise, never E[x²] − mean²), rstd =
+ * 1/sqrt(var + eps); saved mean, rstd [B, G] (f32). y = rd((x − mean)·rstd·w[c] + b[c]).
+ * Per-channel weight[C] and bias[C] are each optional (mem NULL: w = 1, b = 0); both share one
+ * dtype (f32, f16 or bf16), independent of x's. */
+typedef struct ng_groupnorm_params {
+  size_t batch;    /* B ≥ 1 */
+  size_t channels; /* C ≥ 1, divisible by groups (else NG_ERR_GROUPS_NOT_DIVISIBLE) */
+  size_t spatial;  /* S ≥ 1 */
+  size_t groups;   /* G, 1 ≤ G ≤ C */
+  float eps;       /* finite, ≥ 0 */
+} ng_groupnorm_params;
+/* Limits: (C/G)·S, B·G, C and S below 2^32 (NG_ERR_INDEX_OVERFLOW). */
+
+/** y (x's dtype) and mean, rstd ([B, G], f32) from x. `scratch`: see the note above the RMSNorm
+ *  section; the forward needs one only when few, large groups are split over several work-groups
+ *  (ng_groupnorm_forward_scratch_size says 0 otherwise). */
+NG_API ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_groupnorm_params *p, ng_tensor x,
+                                      ng_tensor weight, ng_tensor bias, ng_tensor y,
+                                      ng_tensor mean, ng_tensor rstd, ng_tensor scratch,
+                                      cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_groupnorm_forward needs for this shape on this context. */
+NG_API ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_params *p,
+                                                   size_t *bytes);
+
+/** dx (x's dtype) from dy, x, weight, and the forward's mean and rstd. dweight and dbias
+ *  (the parameters' dtype, C elements) are each optional: mem NULL = frozen, built with
+ *  -DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, nothing computed or allocated for it. dweight needs a weight;
+ *  dbias (= Σ dy per channel) needs no bias value, but must share the weight's dtype when a
+ *  weight is given. flags: NG_ACCUMULATE_GRAD. */
+NG_API ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_groupnorm_params *p, ng_tensor dy, ng_tensor x,
+                                       ng_tensor weight, ng_tensor mean, ng_tensor rstd,
+                                       ng_tensor dx, ng_tensor dweight, ng_tensor dbias,
+                                       unsigned flags, ng_tensor scratch,
+                                       cl_uint num_events_in_wait_list,
+                                       const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_groupnorm_backward needs (0 with both parameters frozen unless
+ *  groups are split over several work-groups). */
+NG_API ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx,
+                                                    const ng_groupnorm_params *p,
+                                                    int compute_dweight, int compute_dbias,
+                                                    size_t *bytes);
 
 /* ---- PolyNorm (issue 3) --------------------------------------------------------------------- */
+/* x[rows, n]. For p ∈ {3, 2, 1}: u_p = x^p, rstd_p = 1/sqrt(mean(u_p²) + eps), all in f32 (an f16
+ * x whose x⁶ overflows f16 is fine); y = rd(w0·u3·rstd3 + w1·u2·rstd2 + w2·u1·rstd1 + b).
+ * weight[3] is required, bias[1] optional (mem NULL: b = 0); both share one dtype (f32, f16 or
+ * bf16), independent of x's. Saved rstd[rows, 3] = (rstd3, rstd2, rstd1), f32. */
+typedef struct ng_polynorm_params {
+  size_t rows;
+  size_t n;
+  float eps; /* finite, ≥ 0 */
+} ng_polynorm_params;
+
+NG_API ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue,
+                                     const ng_polynorm_params *p, ng_tensor x, ng_tensor weight,
+                                     ng_tensor bias, ng_tensor y, ng_tensor rstd,
+                                     cl_uint num_events_in_wait_list,
+                                     const cl_event *event_wait_list, cl_event *event);
+
+/** dx (x's dtype) from dy, x, weight and the forward's rstd. dweight[3] and dbias[1] (the
+ *  weight's dtype) are each optional: mem NULL = frozen (-DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, no
+ *  scratch for it). dw_p = Σ_rows rstd_p·Σ dy·x^p, db = Σ dy. flags: NG_ACCUMULATE_GRAD. */
+NG_API ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_polynorm_params *p, ng_tensor dy, ng_tensor x,
+                                      ng_tensor weight, ng_tensor rstd, ng_tensor dx,
+                                      ng_tensor dweight, ng_tensor dbias, unsigned flags,
+                                      ng_tensor scratch, cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_polynorm_backward needs (0 with both parameters frozen). */
+NG_API ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
+                                                   int compute_dweight, int compute_dbias,
+                                                   size_t *bytes);
 
 /* ---- fused linear + cross-entropy (issue 4) -------------------------------------------------- */
 
