@@ -82,6 +82,7 @@ static void base_opts(ng_opts *o, const gn_plan *pl, ng_dtype x_dtype) {
   ng_opts_add(o, "DTYPE", x_dtype);
   ng_opts_add(o, "VEC", pl->l.vec);
   ng_opts_add(o, "WG", pl->l.wg);
+  if (pl->l.nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
 }
 
 static size_t fwd_scratch_floats(const gn_plan *pl) { return pl->split ? (size_t)pl->units * 4 : 0; }
@@ -169,6 +170,7 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   ng_opts o;
   base_opts(&o, &pl, x.dtype);
+  ng_opts_add(&o, "BWD", 0);
   cl_program prog;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -239,6 +241,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
   ng_opts o;
   base_opts(&o, &pl, x.dtype);
+  ng_opts_add(&o, "BWD", 1);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
   ng_opts_add(&o, "COMPUTE_DB", compute_db);
   cl_program prog, rprog = NULL;

@@ -49,6 +49,8 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   ng_opts_add(&o, "DTYPE", x.dtype);
   ng_opts_add(&o, "VEC", l.vec);
   ng_opts_add(&o, "WG", l.wg);
+  if (l.nv_shfl) ng_opts_add(&o, "NG_NV_SHFL", 1);
+  ng_opts_add(&o, "BWD", 0);
   cl_program prog;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -110,6 +112,8 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   ng_opts_add(&o, "DTYPE", x.dtype);
   ng_opts_add(&o, "VEC", l.vec);
   ng_opts_add(&o, "WG", l.wg);
+  if (l.nv_shfl) ng_opts_add(&o, "NG_NV_SHFL", 1);
+  ng_opts_add(&o, "BWD", 1);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
   ng_opts_add(&o, "COMPUTE_DB", compute_db);
   cl_program prog, rprog = NULL;
