@@ -256,7 +256,8 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
   mean += mean_off;
   rstd += rstd_off;
   part += part_off;
-  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+  for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
+    const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
     gn_st st = {0u, 0.0f, 0.0f, 0.0f};
     __global const float *pp = part + (ulong)t.blk * U * 4;
@@ -397,7 +398,8 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
   mean += mean_off;
   rstd += rstd_off;
   part += part_off;
-  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+  for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
+    const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
     float s1 = 0.0f, s2 = 0.0f;
     __global const float *pp = part + (ulong)t.blk * U * 2;
