@@ -116,7 +116,7 @@ static void expect_failure(const char *const *args, int code, const char *needle
   proc_free(&p);
 }
 
-/* ---- groupnorm --------------------------------------------------------------------------------- */
+/* ---- groupnorm ------------------------------------------------------------------------------- */
 typedef struct gn_run {
   int ndim;
   int64_t shape[5];
@@ -134,7 +134,8 @@ static float *check_groupnorm(const gn_run *c) {
   for (int d = 0; d < c->ndim; d++) cnt *= (size_t)c->shape[d];
   const size_t B = (size_t)c->shape[0], C = (size_t)c->shape[1], S = cnt / B / C;
   const size_t G = (size_t)c->groups, nb = B * G;
-  float *x = ng_test_random(&rng, c->xd, cnt, 0.5, 2.0), *dy = ng_test_random(&rng, c->xd, cnt, 0, 1);
+  float *x = ng_test_random(&rng, c->xd, cnt, 0.5, 2.0),
+        *dy = ng_test_random(&rng, c->xd, cnt, 0, 1);
   float *w = ng_test_random(&rng, c->wd, C, 1.0, 0.4), *b = ng_test_random(&rng, c->wd, C, 0, 0.4);
   cli_tensors in = {0}, out = {0};
   const int64_t cs = (int64_t)C;
@@ -145,8 +146,8 @@ static float *check_groupnorm(const gn_run *c) {
   write_input(&in);
   char groups[32];
   snprintf(groups, sizeof groups, "%lld", (long long)c->groups);
-  const char *args[16] = {"run", "groupnorm", "--in", in_path, "--out", out_path, "--groups",
-                          groups, "--eps", "1e-5"};
+  const char *args[16] = {"run",    "groupnorm", "--in", in_path, "--out",
+                          out_path, "--groups",  groups, "--eps", "1e-5"};
   int k = 10;
   if (c->freeze_w) args[k++] = "--freeze-weight";
   if (c->freeze_b) args[k++] = "--freeze-bias";
@@ -218,7 +219,7 @@ static void test_groupnorm_run(void **state) {
   free(check_groupnorm(&r5));
 }
 
-/* ---- polynorm ---------------------------------------------------------------------------------- */
+/* ---- polynorm -------------------------------------------------------------------------------- */
 typedef struct pn_run {
   int ndim;
   int64_t shape[3];
@@ -265,7 +266,8 @@ static float *check_polynorm(const pn_run *c) {
   assert_true(rref && rd && yref);
   ref_polynorm_stats(&rp, x, rref);
   for (size_t i = 0; i < rows * 3; i++) rd[i] = rref[i];
-  NG_ASSERT_CLOSE("polynorm rstd", rstd, rd, rows * 3, ((ng_tol){1e-6 + 2e-7 * sqrt((double)n), 0}));
+  NG_ASSERT_CLOSE("polynorm rstd", rstd, rd, rows * 3,
+                  ((ng_tol){1e-6 + 2e-7 * sqrt((double)n), 0}));
   ref_polynorm_apply(&rp, x, rstd, yref);
   NG_ASSERT_CLOSE("polynorm y", y, yref, cnt, ng_tol_for(c->xd, yref, cnt, 4e-6));
   float *dxv = NULL;
@@ -314,7 +316,7 @@ static void test_polynorm_run(void **state) {
   free(check_polynorm(&one));
 }
 
-/* ---- usage errors -------------------------------------------------------------------------------- */
+/* ---- usage errors ---------------------------------------------------------------------------- */
 static void write_case(ng_dtype xd, int xdim, const int64_t *xs, ng_dtype wd, int64_t wn,
                        ng_dtype bd, int64_t bn, bool with_dy) {
   cli_tensors in = {0};
@@ -331,8 +333,10 @@ static void write_case(ng_dtype xd, int xdim, const int64_t *xs, ng_dtype wd, in
 static void test_usage_errors(void **state) {
   (void)state;
   const int64_t x4[3] = {2, 4, 8}, x1[1] = {8};
-#define GN(...) ((const char *const[]){"run", "groupnorm", "--in", in_path, "--out", out_path, __VA_ARGS__, NULL})
-#define PN(...) ((const char *const[]){"run", "polynorm", "--in", in_path, "--out", out_path, __VA_ARGS__, NULL})
+#define GN(...)                                                                                    \
+  ((const char *const[]){"run", "groupnorm", "--in", in_path, "--out", out_path, __VA_ARGS__, NULL})
+#define PN(...)                                                                                    \
+  ((const char *const[]){"run", "polynorm", "--in", in_path, "--out", out_path, __VA_ARGS__, NULL})
   write_case(NG_F32, 3, x4, NG_F32, 4, NG_F32, 4, false);
   expect_failure(GN("--eps", "1e-5"), 2, "--groups");
   expect_failure(GN("--groups", "3"), 2, "does not divide");
@@ -371,10 +375,10 @@ static void test_usage_errors(void **state) {
 #undef PN
 }
 
-/* ---- bench ------------------------------------------------------------------------------------------ */
+/* ---- bench ----------------------------------------------------------------------------------- */
 static void check_bench(const char *op, const char *pass, bool frozen_w, bool frozen_b,
                         double want_bytes) {
-  const char *args[16] = {"bench", op,     "--rows", "64",  "--hidden", "512",
+  const char *args[16] = {"bench",   op,     "--rows", "64", "--hidden", "512",
                           "--dtype", "bf16", "--pass", pass, "--json"};
   int k = 11;
   if (frozen_w) args[k++] = "--freeze-weight";
@@ -389,7 +393,8 @@ static void check_bench(const char *op, const char *pass, bool frozen_w, bool fr
   assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "frozen")), frozen_w);
   assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "frozen_bias")), frozen_b);
   const double bytes = cJSON_GetObjectItemCaseSensitive(j, "bytes")->valuedouble;
-  if (fabs(bytes - want_bytes) > 0.5) fail_msg("bench %s %s: bytes %.0f, expected %.0f", op, pass, bytes, want_bytes);
+  if (fabs(bytes - want_bytes) > 0.5)
+    fail_msg("bench %s %s: bytes %.0f, expected %.0f", op, pass, bytes, want_bytes);
   assert_true(cJSON_GetObjectItemCaseSensitive(j, "gbps")->valuedouble > 0);
   cJSON_Delete(j);
   proc_free(&p);

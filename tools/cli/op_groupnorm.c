@@ -71,16 +71,16 @@ static int run(cli_env *env, const cli_options *o, const cli_tensors *in, cli_te
   }
   const ng_tensor tx = ng_tensor_of(bx, 0, x->dtype), tw = ng_tensor_of(bw, 0, w->dtype);
   const ng_tensor tm = ng_tensor_of(bm, 0, NG_F32), tr = ng_tensor_of(br, 0, NG_F32);
-  ng_status s = ng_groupnorm_forward(env->ctx, env->queue, &p, tx, tw,
-                                     ng_tensor_of(bb, 0, b->dtype), ng_tensor_of(by, 0, x->dtype),
-                                     tm, tr, ng_tensor_none(), 0, NULL, NULL);
+  ng_status s =
+      ng_groupnorm_forward(env->ctx, env->queue, &p, tx, tw, ng_tensor_of(bb, 0, b->dtype),
+                           ng_tensor_of(by, 0, x->dtype), tm, tr, ng_tensor_none(), 0, NULL, NULL);
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, "groupnorm forward", err, errlen);
     goto done;
   }
   if (dy) {
-    s = ng_groupnorm_backward(env->ctx, env->queue, &p, ng_tensor_of(bdy, 0, x->dtype), tx, tw,
-                              tm, tr, ng_tensor_of(bdx, 0, x->dtype),
+    s = ng_groupnorm_backward(env->ctx, env->queue, &p, ng_tensor_of(bdy, 0, x->dtype), tx, tw, tm,
+                              tr, ng_tensor_of(bdx, 0, x->dtype),
                               bdw ? ng_tensor_of(bdw, 0, w->dtype) : ng_tensor_none(),
                               bdb ? ng_tensor_of(bdb, 0, b->dtype) : ng_tensor_none(), 0,
                               ng_tensor_none(), 0, NULL, NULL);
@@ -111,15 +111,16 @@ typedef struct gn_bench {
   cl_mem x, w, b, y, mean, rstd, dy, dx, dw, db, fscratch, bscratch;
 } gn_bench;
 
-static ng_tensor opt(cl_mem m, ng_dtype dt) { return m ? ng_tensor_of(m, 0, dt) : ng_tensor_none(); }
+static ng_tensor opt(cl_mem m, ng_dtype dt) {
+  return m ? ng_tensor_of(m, 0, dt) : ng_tensor_none();
+}
 
 static ng_status bench_fwd(cli_env *env, void *state) {
   gn_bench *g = state;
-  return ng_groupnorm_forward(env->ctx, env->queue, &g->p, ng_tensor_of(g->x, 0, g->xd),
-                              ng_tensor_of(g->w, 0, NG_F32), ng_tensor_of(g->b, 0, NG_F32),
-                              ng_tensor_of(g->y, 0, g->xd), ng_tensor_of(g->mean, 0, NG_F32),
-                              ng_tensor_of(g->rstd, 0, NG_F32), opt(g->fscratch, NG_F32), 0, NULL,
-                              NULL);
+  return ng_groupnorm_forward(
+      env->ctx, env->queue, &g->p, ng_tensor_of(g->x, 0, g->xd), ng_tensor_of(g->w, 0, NG_F32),
+      ng_tensor_of(g->b, 0, NG_F32), ng_tensor_of(g->y, 0, g->xd), ng_tensor_of(g->mean, 0, NG_F32),
+      ng_tensor_of(g->rstd, 0, NG_F32), opt(g->fscratch, NG_F32), 0, NULL, NULL);
 }
 
 static ng_status bench_bwd(cli_env *env, void *state) {
@@ -134,16 +135,15 @@ static ng_status bench_bwd(cli_env *env, void *state) {
 static void bench_cleanup(void *state) {
   gn_bench *g = state;
   if (!g) return;
-  cl_mem all[] = {g->x, g->w, g->b, g->y, g->mean, g->rstd, g->dy, g->dx, g->dw, g->db,
-                  g->fscratch, g->bscratch};
+  cl_mem all[] = {g->x,  g->w,  g->b,  g->y,  g->mean,     g->rstd,
+                  g->dy, g->dx, g->dw, g->db, g->fscratch, g->bscratch};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]) clReleaseMemObject(all[i]);
   free(g);
 }
 
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
-                       cli_bench_case *cases, int *ncases, void **state, char *err,
-                       size_t errlen) {
+                       cli_bench_case *cases, int *ncases, void **state, char *err, size_t errlen) {
   const size_t C = spec->rows, S = spec->hidden, es = ng_dtype_size(spec->dtype);
   if (S != 0 && C > SIZE_MAX / S / es) {
     snprintf(err, errlen, "rows x hidden overflows");
@@ -185,9 +185,8 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
     goto fail;
   const double x = (double)xb, w = 4.0 * (double)C, st = 2 * 4.0 * (double)G;
   cases[0] = (cli_bench_case){"forward", x + 2 * w + x + st, bench_fwd};
-  cases[1] = (cli_bench_case){"backward",
-                              x + x + w + st + x + (g->frozen_w ? 0 : w) + (g->frozen_b ? 0 : w),
-                              bench_bwd};
+  cases[1] = (cli_bench_case){
+      "backward", x + x + w + st + x + (g->frozen_w ? 0 : w) + (g->frozen_b ? 0 : w), bench_bwd};
   *ncases = 2;
   *state = g;
   return CLI_OK;

@@ -91,7 +91,9 @@ typedef struct pn_bench {
   cl_mem x, w, b, y, rstd, dy, dx, dw, db, scratch;
 } pn_bench;
 
-static ng_tensor opt(cl_mem m, ng_dtype dt) { return m ? ng_tensor_of(m, 0, dt) : ng_tensor_none(); }
+static ng_tensor opt(cl_mem m, ng_dtype dt) {
+  return m ? ng_tensor_of(m, 0, dt) : ng_tensor_none();
+}
 
 static ng_status bench_fwd(cli_env *env, void *state) {
   pn_bench *g = state;
@@ -106,8 +108,8 @@ static ng_status bench_bwd(cli_env *env, void *state) {
   return ng_polynorm_backward(env->ctx, env->queue, &g->p, ng_tensor_of(g->dy, 0, g->xd),
                               ng_tensor_of(g->x, 0, g->xd), ng_tensor_of(g->w, 0, NG_F32),
                               ng_tensor_of(g->rstd, 0, NG_F32), ng_tensor_of(g->dx, 0, g->xd),
-                              opt(g->dw, NG_F32), opt(g->db, NG_F32), 0, opt(g->scratch, NG_F32),
-                              0, NULL, NULL);
+                              opt(g->dw, NG_F32), opt(g->db, NG_F32), 0, opt(g->scratch, NG_F32), 0,
+                              NULL, NULL);
 }
 
 static void bench_cleanup(void *state) {
@@ -120,8 +122,7 @@ static void bench_cleanup(void *state) {
 }
 
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
-                       cli_bench_case *cases, int *ncases, void **state, char *err,
-                       size_t errlen) {
+                       cli_bench_case *cases, int *ncases, void **state, char *err, size_t errlen) {
   const size_t R = spec->rows, N = spec->hidden, es = ng_dtype_size(spec->dtype);
   if (N != 0 && R > SIZE_MAX / N / es) {
     snprintf(err, errlen, "rows x hidden overflows");
@@ -154,9 +155,8 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
     goto fail;
   const double x = (double)xb, r = 12.0 * (double)R;
   cases[0] = (cli_bench_case){"forward", x + 12 + 4 + x + r, bench_fwd};
-  cases[1] = (cli_bench_case){"backward",
-                              x + x + 12 + r + x + (g->frozen_w ? 0 : 12) + (g->frozen_b ? 0 : 4),
-                              bench_bwd};
+  cases[1] = (cli_bench_case){
+      "backward", x + x + 12 + r + x + (g->frozen_w ? 0 : 12) + (g->frozen_b ? 0 : 4), bench_bwd};
   *ncases = 2;
   *state = g;
   return CLI_OK;
