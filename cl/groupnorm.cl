@@ -12,14 +12,19 @@
  * Persistent grid: work-group i handles units i, i + groups, … . WG = 1 is a unit per work-item
  * (the CPU shape), WG > 1 a unit per work-group with local-memory reductions (the GPU shape).
  *
- * Options beyond ng_common.clh: COMPUTE_DW, COMPUTE_DB (backward; 0 compiles that parameter's
- * per-channel sums out). The parameters' dtype and whether weight and bias exist are kernel
- * arguments: they are read once per channel, so a build per combination would buy nothing. */
+ * Options beyond ng_common.clh: BWD (1 builds the backward kernels, 0 the forward ones: a
+ * program holds only the pass it is built for), COMPUTE_DW, COMPUTE_DB (backward; 0 compiles
+ * that parameter's per-channel sums out). The parameters' dtype and whether weight and bias exist
+ * are kernel arguments: they are read once per channel, so a build per combination would buy
+ * nothing. */
 
 #define XT NG_STORE(DTYPE)
 #define LDX(p, i) NG_LDV(DTYPE, p, i)
 #define STX(p, i, v) NG_STV(DTYPE, p, i, v)
 
+#ifndef BWD
+#define BWD 0
+#endif
 #ifndef COMPUTE_DW
 #define COMPUTE_DW 1
 #endif
@@ -177,6 +182,7 @@ inline gn_unit gn_decode(uint ug, uint U, uint Cg, uint S, uint k, uint P, uint 
   return t;
 }
 
+#if !BWD
 /* ---- forward ----------------------------------------------------------------------------------
  * y = rd((x − mean)·rstd·w[c] + b[c]). */
 inline void gn_apply(__global const XT *x, __global XT *y, gn_unit t, uint first_ch, uint S,
@@ -250,7 +256,8 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
   mean += mean_off;
   rstd += rstd_off;
   part += part_off;
-  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+  for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
+    const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
     gn_st st = {0u, 0.0f, 0.0f, 0.0f};
     __global const float *pp = part + (ulong)t.blk * U * 4;
@@ -270,6 +277,7 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
   }
 }
 
+#else
 /* ---- backward ---------------------------------------------------------------------------------
  * Per block: g = w[c]·dy, c1 = Σ xhat·g / n, c2 = Σ g / n, dx = (g − xhat·c1 − c2)·rstd.
  * Per channel: dw[c] = Σ dy·xhat, db[c] = Σ dy, written to the partial rows
@@ -390,7 +398,8 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
   mean += mean_off;
   rstd += rstd_off;
   part += part_off;
-  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+  for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
+    const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
     float s1 = 0.0f, s2 = 0.0f;
     __global const float *pp = part + (ulong)t.blk * U * 2;
@@ -400,3 +409,4 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
           s2 / nf, w, w_off, pdt, has_w);
   }
 }
+#endif

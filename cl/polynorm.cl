@@ -5,14 +5,18 @@
  * for f32). Persistent grid as in rmsnorm.cl: work-group g handles rows g, g + groups, …; WG = 1
  * is a row per work-item (CPU shape), WG > 1 a row per work-group (GPU shape).
  *
- * Options beyond ng_common.clh: COMPUTE_DW, COMPUTE_DB (backward; 0 compiles that parameter's
- * sums out). The parameters (w[3], b[1]) are read once per work-group, so their dtype is a
- * kernel argument rather than a build option. */
+ * Options beyond ng_common.clh: BWD (1 builds the backward kernel, 0 the forward one: a program
+ * holds only the pass it is built for), COMPUTE_DW, COMPUTE_DB (backward; 0 compiles that
+ * parameter's sums out). The parameters (w[3], b[1]) are read once per work-group, so their
+ * dtype is a kernel argument rather than a build option. */
 
 #define XT NG_STORE(DTYPE)
 #define LDX(p, i) NG_LDV(DTYPE, p, i)
 #define STX(p, i, v) NG_STV(DTYPE, p, i, v)
 
+#ifndef BWD
+#define BWD 0
+#endif
 #ifndef COMPUTE_DW
 #define COMPUTE_DW 1
 #endif
@@ -26,6 +30,7 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
   return ng_bf16_to_f32(((__global const ushort *)p)[i]);
 }
 
+#if !BWD
 /* rstd[r·3 …] = (rstd3, rstd2, rstd1); y = w0·x³·rstd3 + w1·x²·rstd2 + w2·x·rstd1 + b. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
@@ -69,6 +74,7 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
   }
 }
 
+#else
 /* With S_p = Σ dy·x^p:
  *   dx = dy·(3·w0·r3·x² + 2·w1·r2·x + w2·r1) − x·(K3·x⁴ + K2·x² + K1),
  *   K3 = 3·w0·r3³·S3/n, K2 = 2·w1·r2³·S2/n, K1 = w2·r1³·S1/n;
@@ -152,3 +158,4 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
 #endif
   }
 }
+#endif

@@ -26,10 +26,11 @@ typedef struct gn_case {
 } gn_case;
 
 static void describe(const gn_case *c, char *buf, size_t len) {
-  snprintf(buf, len, "B=%zu C=%zu S=%zu G=%zu x=%s w=%s bias=%d frozen_w=%d frozen_b=%d acc=%d off=%zu",
-           c->B, c->C, c->S, c->G, ng_dtype_name(c->xd),
-           c->wd < 0 ? "none" : ng_dtype_name((ng_dtype)c->wd), c->has_b, c->freeze_w,
-           c->freeze_b, c->accumulate, c->off);
+  snprintf(buf, len,
+           "B=%zu C=%zu S=%zu G=%zu x=%s w=%s bias=%d frozen_w=%d frozen_b=%d acc=%d off=%zu", c->B,
+           c->C, c->S, c->G, ng_dtype_name(c->xd),
+           c->wd < 0 ? "none" : ng_dtype_name((ng_dtype)c->wd), c->has_b, c->freeze_w, c->freeze_b,
+           c->accumulate, c->off);
 }
 
 #define GUARD 16
@@ -76,8 +77,8 @@ static void run_case(const gn_case *c) {
   double *dw_scale = malloc(C * sizeof(double)), *db_scale = malloc(C * sizeof(double));
   float *got = malloc(cnt * sizeof(float)), *got2 = malloc(cnt * sizeof(float));
   double dx_scale = 0;
-  assert_true(mean_ref && rstd_ref && mean_got && rstd_got && y_ref && dx_ref && dw_ref &&
-              db_ref && dw_scale && db_scale && got && got2);
+  assert_true(mean_ref && rstd_ref && mean_got && rstd_got && y_ref && dx_ref && dw_ref && db_ref &&
+              dw_scale && db_scale && got && got2);
   ref_groupnorm_stats(&rp, x, mean_ref, rstd_ref);
 
   cl_mem bx = ng_test_upload(c->xd, x, cnt, off, GUARD);
@@ -119,9 +120,8 @@ static void run_case(const gn_case *c) {
   check_guard(what, by, c->xd, off, cnt);
 
   /* backward from the reference statistics */
-  ref_groupnorm_backward(&rp, dy, x, mean_ref, rstd_ref, dx_ref, dw_ref,
-                         c->accumulate ? dw0 : NULL, db_ref, c->accumulate ? db0 : NULL, dw_scale,
-                         db_scale, &dx_scale);
+  ref_groupnorm_backward(&rp, dy, x, mean_ref, rstd_ref, dx_ref, dw_ref, c->accumulate ? dw0 : NULL,
+                         db_ref, c->accumulate ? db0 : NULL, dw_scale, db_scale, &dx_scale);
   cl_mem bdy = ng_test_upload(c->xd, dy, cnt, off, GUARD);
   cl_mem bmr = ng_test_upload(NG_F32, mean_ref, nb, off, GUARD);
   cl_mem brr = ng_test_upload(NG_F32, rstd_ref, nb, off, GUARD);
@@ -130,11 +130,10 @@ static void run_case(const gn_case *c) {
   cl_mem bdb = db_on ? ng_test_upload(pd, db0, C, off, GUARD) : NULL;
   ng_tensor tdw = dw_on ? ng_tensor_of(bdw, off, pd) : ng_tensor_none();
   ng_tensor tdb = db_on ? ng_tensor_of(bdb, off, pd) : ng_tensor_none();
-  NG_OK(ng_groupnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, c->xd),
-                              ng_tensor_of(bx, off, c->xd), tw, ng_tensor_of(bmr, off, NG_F32),
-                              ng_tensor_of(brr, off, NG_F32), ng_tensor_of(bdx, off, c->xd), tdw,
-                              tdb, c->accumulate ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0,
-                              NULL, &ev));
+  NG_OK(ng_groupnorm_backward(
+      e->ctx, e->queue, &p, ng_tensor_of(bdy, off, c->xd), ng_tensor_of(bx, off, c->xd), tw,
+      ng_tensor_of(bmr, off, NG_F32), ng_tensor_of(brr, off, NG_F32), ng_tensor_of(bdx, off, c->xd),
+      tdw, tdb, c->accumulate ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0, NULL, &ev));
   assert_non_null(ev);
   CL_OK(clWaitForEvents(1, &ev));
   clReleaseEvent(ev);
@@ -196,8 +195,9 @@ static gn_case mk(size_t B, size_t C, size_t S, size_t G, ng_dtype xd, int wd, s
   return c;
 }
 
-/* Every x dtype × parameter dtype × frozen weight × frozen bias × accumulate, on a shape that
- * takes the vector path and one that takes the scalar path with offsets. */
+/* Every x dtype × parameter dtype × frozen weight × frozen bias × accumulate on a shape that
+ * takes the vector path; on the scalar path (odd S, offsets) every frozen combination with f32 x
+ * and both extremes with the 16-bit ones (each combination is a program build on PoCL). */
 static void test_matrix(void **state) {
   (void)state;
   const ng_dtype xds[] = {NG_F32, NG_F16, NG_BF16};
@@ -211,8 +211,9 @@ static void test_matrix(void **state) {
           for (int fb = 0; fb < 2; fb++)
             for (int acc = 0; acc < 2; acc++) {
               if (fw && fb && acc) continue; /* nothing to accumulate into */
-              gn_case c = mk(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3],
-                             xds[xi], wds[wi], shapes[sh][4], seed++);
+              if (sh == 1 && xi > 0 && fw != fb) continue;
+              gn_case c = mk(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3], xds[xi],
+                             wds[wi], shapes[sh][4], seed++);
               c.freeze_w = fw, c.freeze_b = fb, c.accumulate = acc;
               run_case(&c);
             }
@@ -229,8 +230,8 @@ static void test_matrix(void **state) {
 static void test_shapes(void **state) {
   (void)state;
   const size_t shapes[][3] = {/* B, C, S */
-                              {4, 12, 1},  {1, 12, 1},      {3, 6, 17}, {2, 8, 64},
-                              {2, 6, 60},  {1, 4, 3 * 4 * 5}, {5, 1, 9},  {1, 2, 4097}};
+                              {4, 12, 1}, {1, 12, 1},        {3, 6, 17}, {2, 8, 64},
+                              {2, 6, 60}, {1, 4, 3 * 4 * 5}, {5, 1, 9},  {1, 2, 4097}};
   uint64_t seed = 100;
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     const size_t C = shapes[i][1];
@@ -254,8 +255,8 @@ static void test_split(void **state) {
   ng_test_env *e = ng_test_env_get();
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 40));
   /* B, C, S, G: pieces of one channel; several pieces per channel; runs of channels; S = 1 */
-  const size_t shapes[][4] = {{1, 1, 1000, 1}, {2, 4, 203, 2}, {2, 64, 16, 1}, {1, 60, 1, 3},
-                              {3, 6, 48, 3}};
+  const size_t shapes[][4] = {
+      {1, 1, 1000, 1}, {2, 4, 203, 2}, {2, 64, 16, 1}, {1, 60, 1, 3}, {3, 6, 48, 3}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
     for (int xi = 0; xi < 3; xi++) {
       gn_case c = mk(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], (ng_dtype)xi,
@@ -268,26 +269,30 @@ static void test_split(void **state) {
 }
 
 /* The GPU-shaped kernels (a unit per work-group, local-memory merges and sums) on whatever device
- * runs the tests, whole-block and split. */
+ * runs the tests, whole-block and split; each shape with one x dtype to keep PoCL's builds few. */
 static void test_workgroup_shape(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
-  const size_t shapes[][4] = {{3, 12, 40, 4}, {2, 6, 35, 3}, {1, 4, 1031, 2}, {4, 12, 1, 12},
-                              {2, 2, 2048, 1}};
+  const struct {
+    size_t B, C, S, G, off;
+    ng_dtype xd;
+  } shapes[] = {{3, 12, 40, 4, 0, NG_BF16},
+                {2, 6, 35, 3, 8, NG_F16},
+                {1, 4, 1031, 2, 0, NG_F32},
+                {4, 12, 1, 12, 0, NG_F32},
+                {2, 2, 2048, 1, 0, NG_BF16}};
   for (int forced = 0; forced < 2; forced++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, forced ? 24 : 5));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
-      for (int xi = 0; xi < 3; xi++) {
-        gn_case c = mk(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], (ng_dtype)xi,
-                       NG_BF16, i == 1 ? 8 : 0, 400 + forced * 50 + i * 3 + xi);
-        c.accumulate = xi == 2;
-        c.freeze_w = xi == 1 && i % 2;
+      for (int v = 0; v < 2; v++) {
+        gn_case c = mk(shapes[i].B, shapes[i].C, shapes[i].S, shapes[i].G, shapes[i].xd,
+                       v ? NG_F32 : NG_BF16, shapes[i].off, 400 + forced * 50 + i * 2 + v);
+        c.accumulate = v == 1;
+        c.freeze_w = i == 0 && v == 0;
         run_case(&c);
       }
   }
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
 }
 
 /* A group of 1.2 million elements around 1000 with unit spread: E[x²] − mean² in f32 would lose
@@ -310,7 +315,8 @@ static void test_large_group(void **state) {
 static double loss(ng_test_env *e, const ng_groupnorm_params *p, const float *x, const float *w,
                    const float *b, const float *g) {
   const size_t cnt = p->batch * p->channels * p->spatial, nb = p->batch * p->groups;
-  cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, p->channels, 0, 0);
+  cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0),
+         bw = ng_test_upload(NG_F32, w, p->channels, 0, 0);
   cl_mem bb = ng_test_upload(NG_F32, b, p->channels, 0, 0);
   cl_mem by = ng_test_upload(NG_F32, NULL, cnt, 0, 0), bm = ng_test_upload(NG_F32, NULL, nb, 0, 0);
   cl_mem br = ng_test_upload(NG_F32, NULL, nb, 0, 0);
@@ -352,7 +358,8 @@ static void test_finite_difference(void **state) {
   ng_rng rng;
   ng_rng_seed(&rng, 77);
   float *x = ng_test_random(&rng, NG_F32, cnt, 0.2, 1.0);
-  float *w = ng_test_random(&rng, NG_F32, C, 1.0, 0.3), *b = ng_test_random(&rng, NG_F32, C, 0, 0.3);
+  float *w = ng_test_random(&rng, NG_F32, C, 1.0, 0.3),
+        *b = ng_test_random(&rng, NG_F32, C, 0, 0.3);
   float *g = ng_test_random(&rng, NG_F32, cnt, 0.0, 1.0);
   cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, C, 0, 0);
   cl_mem bb = ng_test_upload(NG_F32, b, C, 0, 0), by = ng_test_upload(NG_F32, NULL, cnt, 0, 0);
@@ -391,7 +398,8 @@ static void test_deterministic(void **state) {
   const size_t cnt = 3 * 32 * 300, C = 32, nb = 24;
   ng_rng rng;
   ng_rng_seed(&rng, 5);
-  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1), *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
+  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1),
+        *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
   float *w = ng_test_random(&rng, NG_F32, C, 1, 0.1);
   cl_mem bx = ng_test_upload(NG_BF16, x, cnt, 0, 0), bdy = ng_test_upload(NG_BF16, dy, cnt, 0, 0);
   cl_mem bw = ng_test_upload(NG_F32, w, C, 0, 0), bb = ng_test_upload(NG_F32, w, C, 0, 0);
@@ -461,7 +469,7 @@ static void expect_untouched(const err_bufs *eb) {
     cl_mem m;
     ng_dtype dt;
     size_t n;
-  } outs[] = {{eb->y, NG_F32, eb->cnt}, {eb->m, NG_F32, eb->nb}, {eb->r, NG_F32, eb->nb},
+  } outs[] = {{eb->y, NG_F32, eb->cnt},  {eb->m, NG_F32, eb->nb}, {eb->r, NG_F32, eb->nb},
               {eb->dx, NG_F32, eb->cnt}, {eb->dw, NG_F32, eb->C}, {eb->db, NG_F32, eb->C}};
   for (size_t i = 0; i < NG_ARRAY_LEN(outs); i++)
     if (!ng_test_guard_intact(outs[i].m, outs[i].dt, 0, 0, outs[i].n))
@@ -491,12 +499,15 @@ static void test_errors(void **state) {
   const ng_tensor DY = ng_tensor_of(eb.dy, 0, NG_F32), DX = ng_tensor_of(eb.dx, 0, NG_F32);
   const ng_tensor DW = ng_tensor_of(eb.dw, 0, NG_F32), DB = ng_tensor_of(eb.db, 0, NG_F32);
   const ng_tensor N0 = ng_tensor_none();
-#define FWD(pp, x_, w_, b_, y_, m_, r_, s_) ng_groupnorm_forward(ctx, q, pp, x_, w_, b_, y_, m_, r_, s_, 0, NULL, NULL)
+#define FWD(pp, x_, w_, b_, y_, m_, r_, s_)                                                        \
+  ng_groupnorm_forward(ctx, q, pp, x_, w_, b_, y_, m_, r_, s_, 0, NULL, NULL)
 #define BWD(pp, dy_, x_, w_, m_, r_, dx_, dw_, db_, fl_, s_)                                       \
   ng_groupnorm_backward(ctx, q, pp, dy_, x_, w_, m_, r_, dx_, dw_, db_, fl_, s_, 0, NULL, NULL)
   /* handles */
-  NG_EXPECT_STATUS(ng_groupnorm_forward(NULL, q, &ok, X, W, Bi, Y, M, R, N0, 0, NULL, NULL), NG_ERR_NULL_HANDLE);
-  NG_EXPECT_STATUS(ng_groupnorm_forward(ctx, NULL, &ok, X, W, Bi, Y, M, R, N0, 0, NULL, NULL), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_groupnorm_forward(NULL, q, &ok, X, W, Bi, Y, M, R, N0, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_groupnorm_forward(ctx, NULL, &ok, X, W, Bi, Y, M, R, N0, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
   NG_EXPECT_STATUS(FWD(NULL, X, W, Bi, Y, M, R, N0), NG_ERR_NULL_HANDLE);
   NG_EXPECT_STATUS(BWD(NULL, DY, X, W, M, R, DX, DW, DB, 0, N0), NG_ERR_NULL_HANDLE);
   size_t bytes;
@@ -509,7 +520,8 @@ static void test_errors(void **state) {
     *(i == 0 ? &p.batch : i == 1 ? &p.channels : i == 2 ? &p.spatial : &p.groups) = 0;
     NG_EXPECT_STATUS(FWD(&p, X, W, Bi, Y, M, R, N0), NG_ERR_INVALID_SHAPE);
     NG_EXPECT_STATUS(BWD(&p, DY, X, W, M, R, DX, DW, DB, 0, N0), NG_ERR_INVALID_SHAPE);
-    NG_EXPECT_STATUS(ng_groupnorm_backward_scratch_size(ctx, &p, 1, 1, &bytes), NG_ERR_INVALID_SHAPE);
+    NG_EXPECT_STATUS(ng_groupnorm_backward_scratch_size(ctx, &p, 1, 1, &bytes),
+                     NG_ERR_INVALID_SHAPE);
   }
   /* groups that do not divide the channels (the buffers would be large enough) */
   p = ok, p.groups = 4;
@@ -544,32 +556,52 @@ static void test_errors(void **state) {
   const ng_tensor SMALL = ng_tensor_of(eb.small, 0, NG_F32);
   NG_EXPECT_STATUS(FWD(&ok, SMALL, W, Bi, Y, M, R, N0), NG_ERR_BUFFER_TOO_SMALL);
   NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, SMALL, M, R, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(eb.x, 1, NG_F32), W, Bi, Y, M, R, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(eb.x, 60, NG_F32), W, Bi, Y, M, R, N0), NG_ERR_OFFSET_OUT_OF_RANGE);
-  NG_EXPECT_STATUS(FWD(&ok, X, ng_tensor_of(eb.w, 1, NG_F32), Bi, Y, M, R, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(FWD(&ok, X, W, ng_tensor_of(eb.b, 6, NG_F32), Y, M, R, N0), NG_ERR_OFFSET_OUT_OF_RANGE);
-  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, ng_tensor_of(eb.m, 1, NG_F32), R, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, M, ng_tensor_of(eb.r, 9, NG_F32), N0), NG_ERR_OFFSET_OUT_OF_RANGE);
+  NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(eb.x, 1, NG_F32), W, Bi, Y, M, R, N0),
+                   NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(eb.x, 60, NG_F32), W, Bi, Y, M, R, N0),
+                   NG_ERR_OFFSET_OUT_OF_RANGE);
+  NG_EXPECT_STATUS(FWD(&ok, X, ng_tensor_of(eb.w, 1, NG_F32), Bi, Y, M, R, N0),
+                   NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(FWD(&ok, X, W, ng_tensor_of(eb.b, 6, NG_F32), Y, M, R, N0),
+                   NG_ERR_OFFSET_OUT_OF_RANGE);
+  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, ng_tensor_of(eb.m, 1, NG_F32), R, N0),
+                   NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, M, ng_tensor_of(eb.r, 9, NG_F32), N0),
+                   NG_ERR_OFFSET_OUT_OF_RANGE);
   NG_EXPECT_STATUS(BWD(&ok, SMALL, X, W, M, R, DX, DW, DB, 0, N0), NG_ERR_BUFFER_TOO_SMALL);
   NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, SMALL, DW, DB, 0, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, ng_tensor_of(eb.dw, 2, NG_F32), DB, 0, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, ng_tensor_of(eb.db, 6, NG_F32), 0, N0), NG_ERR_OFFSET_OUT_OF_RANGE);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, ng_tensor_of(eb.dw, 2, NG_F32), DB, 0, N0),
+                   NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, ng_tensor_of(eb.db, 6, NG_F32), 0, N0),
+                   NG_ERR_OFFSET_OUT_OF_RANGE);
   /* dtypes */
-  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, ng_tensor_of(eb.y, 0, NG_BF16), M, R, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(FWD(&ok, X, ng_tensor_of(eb.wh, 0, NG_BF16), Bi, Y, M, R, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(eb.x, 0, NG_I32), W, Bi, Y, M, R, N0), NG_ERR_UNSUPPORTED_DTYPE);
-  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, ng_tensor_of(eb.m, 0, NG_BF16), R, N0), NG_ERR_UNSUPPORTED_DTYPE);
-  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, M, ng_tensor_of(eb.r, 0, (ng_dtype)9), N0), NG_ERR_UNSUPPORTED_DTYPE);
-  NG_EXPECT_STATUS(BWD(&ok, ng_tensor_of(eb.dy, 0, NG_F16), X, W, M, R, DX, DW, DB, 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, ng_tensor_of(eb.dx, 0, NG_BF16), DW, DB, 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, ng_tensor_of(eb.dw, 0, NG_BF16), DB, 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, ng_tensor_of(eb.db, 0, NG_F16), 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, ng_tensor_of(eb.m, 0, NG_F16), R, DX, DW, DB, 0, N0), NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, ng_tensor_of(eb.y, 0, NG_BF16), M, R, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(FWD(&ok, X, ng_tensor_of(eb.wh, 0, NG_BF16), Bi, Y, M, R, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(eb.x, 0, NG_I32), W, Bi, Y, M, R, N0),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, ng_tensor_of(eb.m, 0, NG_BF16), R, N0),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, M, ng_tensor_of(eb.r, 0, (ng_dtype)9), N0),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(BWD(&ok, ng_tensor_of(eb.dy, 0, NG_F16), X, W, M, R, DX, DW, DB, 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, ng_tensor_of(eb.dx, 0, NG_BF16), DW, DB, 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, ng_tensor_of(eb.dw, 0, NG_BF16), DB, 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, ng_tensor_of(eb.db, 0, NG_F16), 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, ng_tensor_of(eb.m, 0, NG_F16), R, DX, DW, DB, 0, N0),
+                   NG_ERR_UNSUPPORTED_DTYPE);
   /* a gradient for a weight that does not exist; unknown flags; bad scratch */
   NG_EXPECT_STATUS(BWD(&ok, DY, X, N0, M, R, DX, DW, DB, 0, N0), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, DB, 2u, N0), NG_ERR_INVALID_VALUE);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, DB, 0, ng_tensor_of(eb.sc, 0, NG_F32)), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, DB, 0, ng_tensor_of(eb.x, 0, NG_BF16)), NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, DB, 0, ng_tensor_of(eb.sc, 0, NG_F32)),
+                   NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, M, R, DX, DW, DB, 0, ng_tensor_of(eb.x, 0, NG_BF16)),
+                   NG_ERR_UNSUPPORTED_DTYPE);
   expect_untouched(&eb);
   /* and the same buffers do work */
   NG_OK(FWD(&ok, X, W, Bi, Y, M, R, N0));
@@ -577,7 +609,8 @@ static void test_errors(void **state) {
   CL_OK(clFinish(q));
 #undef FWD
 #undef BWD
-  cl_mem all[] = {eb.x, eb.w, eb.b, eb.y, eb.m, eb.r, eb.dy, eb.dx, eb.dw, eb.db, eb.sc, eb.wh, eb.small};
+  cl_mem all[] = {eb.x,  eb.w,  eb.b,  eb.y,  eb.m,  eb.r,    eb.dy,
+                  eb.dx, eb.dw, eb.db, eb.sc, eb.wh, eb.small};
   for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
 }
 
@@ -600,9 +633,9 @@ static int teardown(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup(f, reset_overrides)
-      T(test_errors),          T(test_matrix),           T(test_shapes),
-      T(test_split),           T(test_workgroup_shape),  T(test_finite_difference),
-      T(test_deterministic),   T(test_large_group),
+      T(test_errors),        T(test_matrix),          T(test_shapes),
+      T(test_split),         T(test_workgroup_shape), T(test_finite_difference),
+      T(test_deterministic), T(test_large_group),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

@@ -95,11 +95,10 @@ static void run_case(const pn_case *c) {
   cl_mem bdb = db_on ? ng_test_upload(pd, db0, 1, off, GUARD) : NULL;
   const ng_tensor tdw = dw_on ? ng_tensor_of(bdw, off, pd) : ng_tensor_none();
   const ng_tensor tdb = db_on ? ng_tensor_of(bdb, off, pd) : ng_tensor_none();
-  NG_OK(ng_polynorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, c->xd),
-                             ng_tensor_of(bx, off, c->xd), tw, ng_tensor_of(brr, off, NG_F32),
-                             ng_tensor_of(bdx, off, c->xd), tdw, tdb,
-                             c->accumulate ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0, NULL,
-                             &ev));
+  NG_OK(ng_polynorm_backward(
+      e->ctx, e->queue, &p, ng_tensor_of(bdy, off, c->xd), ng_tensor_of(bx, off, c->xd), tw,
+      ng_tensor_of(brr, off, NG_F32), ng_tensor_of(bdx, off, c->xd), tdw, tdb,
+      c->accumulate ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0, NULL, &ev));
   assert_non_null(ev);
   CL_OK(clWaitForEvents(1, &ev));
   clReleaseEvent(ev);
@@ -180,7 +179,7 @@ static void test_matrix(void **state) {
 /* N = 1, 7, 4097, 65536 with one row and many rows. */
 static void test_shapes(void **state) {
   (void)state;
-  const size_t shapes[][2] = {{1, 1}, {1000, 1}, {1, 7},     {1000, 7},
+  const size_t shapes[][2] = {{1, 1},    {1000, 1},    {1, 7},     {1000, 7},
                               {1, 4097}, {1000, 4097}, {1, 65536}, {1000, 65536}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     pn_case c = mk(shapes[i][0], shapes[i][1], NG_BF16, NG_F32, 0, 100 + i);
@@ -217,8 +216,8 @@ static void test_workgroup_shape(void **state) {
   const size_t shapes[][2] = {{50, 1}, {50, 1024}, {7, 4097}, {300, 96}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
     for (int xi = 0; xi < 3; xi++) {
-      pn_case c = mk(shapes[i][0], shapes[i][1], (ng_dtype)xi, NG_BF16, i == 3 ? 8 : 0,
-                     400 + i * 3 + xi);
+      pn_case c =
+          mk(shapes[i][0], shapes[i][1], (ng_dtype)xi, NG_BF16, i == 3 ? 8 : 0, 400 + i * 3 + xi);
       c.accumulate = xi == 2;
       c.freeze_b = xi == 1;
       run_case(&c);
@@ -234,7 +233,8 @@ static double loss(ng_test_env *e, const ng_polynorm_params *p, const float *x, 
   cl_mem br = ng_test_upload(NG_F32, NULL, p->rows * 3, 0, 0);
   NG_OK(ng_polynorm_forward(e->ctx, e->queue, p, ng_tensor_of(bx, 0, NG_F32),
                             ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(bb, 0, NG_F32),
-                            ng_tensor_of(by, 0, NG_F32), ng_tensor_of(br, 0, NG_F32), 0, NULL, NULL));
+                            ng_tensor_of(by, 0, NG_F32), ng_tensor_of(br, 0, NG_F32), 0, NULL,
+                            NULL));
   float *y = malloc(cnt * sizeof(float));
   ng_test_download(by, NG_F32, 0, cnt, y);
   double l = 0;
@@ -278,7 +278,8 @@ static void test_finite_difference(void **state) {
   cl_mem bdb = ng_test_upload(NG_F32, NULL, 1, 0, 0);
   NG_OK(ng_polynorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, 0, NG_F32),
                             ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(bb, 0, NG_F32),
-                            ng_tensor_of(by, 0, NG_F32), ng_tensor_of(br, 0, NG_F32), 0, NULL, NULL));
+                            ng_tensor_of(by, 0, NG_F32), ng_tensor_of(br, 0, NG_F32), 0, NULL,
+                            NULL));
   NG_OK(ng_polynorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bg, 0, NG_F32),
                              ng_tensor_of(bx, 0, NG_F32), ng_tensor_of(bw, 0, NG_F32),
                              ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_F32),
@@ -305,12 +306,14 @@ static void test_deterministic(void **state) {
   const size_t cnt = 513 * 1000;
   ng_rng rng;
   ng_rng_seed(&rng, 5);
-  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1), *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
+  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1),
+        *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
   float w[3] = {0.3f, 0.3f, 0.4f}, *r = malloc(p.rows * 3 * sizeof(float));
   for (size_t i = 0; i < p.rows * 3; i++) r[i] = 0.9f;
   cl_mem bx = ng_test_upload(NG_BF16, x, cnt, 0, 0), bdy = ng_test_upload(NG_BF16, dy, cnt, 0, 0);
   cl_mem bw = ng_test_upload(NG_F32, w, 3, 0, 0), br = ng_test_upload(NG_F32, r, p.rows * 3, 0, 0);
-  cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0), bdw = ng_test_upload(NG_F32, NULL, 3, 0, 0);
+  cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0),
+         bdw = ng_test_upload(NG_F32, NULL, 3, 0, 0);
   cl_mem bdb = ng_test_upload(NG_F32, NULL, 1, 0, 0);
   size_t bytes = 0, b_w = 0, b_b = 0, none = 1;
   NG_OK(ng_polynorm_backward_scratch_size(e->ctx, &p, 1, 1, &bytes));
@@ -323,12 +326,11 @@ static void test_deterministic(void **state) {
   cl_mem sc = ng_test_upload(NG_F32, NULL, bytes / 4, 8, 0);
   float first[4], again[4];
   for (int it = 0; it < 4; it++) {
-    NG_OK(ng_polynorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, NG_BF16),
-                               ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
-                               ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_BF16),
-                               ng_tensor_of(bdw, 0, NG_F32), ng_tensor_of(bdb, 0, NG_F32), 0,
-                               it == 3 ? ng_tensor_of(sc, 8, NG_F32) : ng_tensor_none(), 0, NULL,
-                               NULL));
+    NG_OK(ng_polynorm_backward(
+        e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, NG_BF16), ng_tensor_of(bx, 0, NG_BF16),
+        ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_BF16),
+        ng_tensor_of(bdw, 0, NG_F32), ng_tensor_of(bdb, 0, NG_F32), 0,
+        it == 3 ? ng_tensor_of(sc, 8, NG_F32) : ng_tensor_none(), 0, NULL, NULL));
     ng_test_download(bdw, NG_F32, 0, 3, it ? again : first);
     ng_test_download(bdb, NG_F32, 0, 1, (it ? again : first) + 3);
     if (it) assert_memory_equal(first, again, sizeof first);
@@ -357,11 +359,14 @@ static void test_errors(void **state) {
   const ng_tensor R = ng_tensor_of(r, 0, NG_F32), DY = ng_tensor_of(dy, 0, NG_F32);
   const ng_tensor DX = ng_tensor_of(dx, 0, NG_F32), DW = ng_tensor_of(dw, 0, NG_F32);
   const ng_tensor DB = ng_tensor_of(db, 0, NG_F32), N0 = ng_tensor_none();
-#define FWD(pp, x_, w_, b_, y_, r_) ng_polynorm_forward(ctx, q, pp, x_, w_, b_, y_, r_, 0, NULL, NULL)
+#define FWD(pp, x_, w_, b_, y_, r_)                                                                \
+  ng_polynorm_forward(ctx, q, pp, x_, w_, b_, y_, r_, 0, NULL, NULL)
 #define BWD(pp, dy_, x_, w_, r_, dx_, dw_, db_, fl_, s_)                                           \
   ng_polynorm_backward(ctx, q, pp, dy_, x_, w_, r_, dx_, dw_, db_, fl_, s_, 0, NULL, NULL)
-  NG_EXPECT_STATUS(ng_polynorm_forward(NULL, q, &ok, X, W, Bi, Y, R, 0, NULL, NULL), NG_ERR_NULL_HANDLE);
-  NG_EXPECT_STATUS(ng_polynorm_forward(ctx, NULL, &ok, X, W, Bi, Y, R, 0, NULL, NULL), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_polynorm_forward(NULL, q, &ok, X, W, Bi, Y, R, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_polynorm_forward(ctx, NULL, &ok, X, W, Bi, Y, R, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
   NG_EXPECT_STATUS(FWD(NULL, X, W, Bi, Y, R), NG_ERR_NULL_HANDLE);
   NG_EXPECT_STATUS(BWD(NULL, DY, X, W, R, DX, DW, DB, 0, N0), NG_ERR_NULL_HANDLE);
   NG_EXPECT_STATUS(ng_polynorm_backward_scratch_size(ctx, &ok, 1, 1, NULL), NG_ERR_NULL_HANDLE);
@@ -401,20 +406,29 @@ static void test_errors(void **state) {
   NG_EXPECT_STATUS(FWD(&ok, X, ng_tensor_of(w, 1, NG_F32), Bi, Y, R), NG_ERR_BUFFER_TOO_SMALL);
   NG_EXPECT_STATUS(FWD(&ok, X, W, ng_tensor_of(b, 1, NG_F32), Y, R), NG_ERR_OFFSET_OUT_OF_RANGE);
   NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, ng_tensor_of(y, 1, NG_F32), R), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, ng_tensor_of(dw, 1, NG_F32), DB, 0, N0), NG_ERR_BUFFER_TOO_SMALL);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, ng_tensor_of(db, 1, NG_F32), 0, N0), NG_ERR_OFFSET_OUT_OF_RANGE);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, DB, 0, ng_tensor_of(sc, 0, NG_F32)), NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, ng_tensor_of(dw, 1, NG_F32), DB, 0, N0),
+                   NG_ERR_BUFFER_TOO_SMALL);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, ng_tensor_of(db, 1, NG_F32), 0, N0),
+                   NG_ERR_OFFSET_OUT_OF_RANGE);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, DB, 0, ng_tensor_of(sc, 0, NG_F32)),
+                   NG_ERR_BUFFER_TOO_SMALL);
   /* dtypes */
   NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, ng_tensor_of(y, 0, NG_F16), R), NG_ERR_DTYPE_MISMATCH);
   NG_EXPECT_STATUS(FWD(&ok, X, ng_tensor_of(wh, 0, NG_BF16), Bi, Y, R), NG_ERR_DTYPE_MISMATCH);
   NG_EXPECT_STATUS(FWD(&ok, ng_tensor_of(x, 0, NG_I64), W, Bi, Y, R), NG_ERR_UNSUPPORTED_DTYPE);
   NG_EXPECT_STATUS(FWD(&ok, X, W, Bi, Y, ng_tensor_of(r, 0, NG_F16)), NG_ERR_UNSUPPORTED_DTYPE);
-  NG_EXPECT_STATUS(BWD(&ok, ng_tensor_of(dy, 0, NG_BF16), X, W, R, DX, DW, DB, 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, ng_tensor_of(dx, 0, NG_F16), DW, DB, 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, ng_tensor_of(dw, 0, NG_BF16), DB, 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, ng_tensor_of(db, 0, NG_F16), 0, N0), NG_ERR_DTYPE_MISMATCH);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, ng_tensor_of(r, 0, NG_BF16), DX, DW, DB, 0, N0), NG_ERR_UNSUPPORTED_DTYPE);
-  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, DB, 0, ng_tensor_of(wh, 0, NG_BF16)), NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(BWD(&ok, ng_tensor_of(dy, 0, NG_BF16), X, W, R, DX, DW, DB, 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, ng_tensor_of(dx, 0, NG_F16), DW, DB, 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, ng_tensor_of(dw, 0, NG_BF16), DB, 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, ng_tensor_of(db, 0, NG_F16), 0, N0),
+                   NG_ERR_DTYPE_MISMATCH);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, ng_tensor_of(r, 0, NG_BF16), DX, DW, DB, 0, N0),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, DB, 0, ng_tensor_of(wh, 0, NG_BF16)),
+                   NG_ERR_UNSUPPORTED_DTYPE);
   NG_EXPECT_STATUS(BWD(&ok, DY, X, W, R, DX, DW, DB, 4u, N0), NG_ERR_INVALID_VALUE);
   const struct {
     cl_mem m;
@@ -451,8 +465,12 @@ static int teardown(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup(f, reset_overrides)
-      T(test_errors),          T(test_matrix),           T(test_f16_range),
-      T(test_workgroup_shape), T(test_finite_difference), T(test_deterministic),
+      T(test_errors),
+      T(test_matrix),
+      T(test_f16_range),
+      T(test_workgroup_shape),
+      T(test_finite_difference),
+      T(test_deterministic),
       T(test_shapes),
 #undef T
   };

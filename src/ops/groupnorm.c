@@ -82,9 +82,12 @@ static void base_opts(ng_opts *o, const gn_plan *pl, ng_dtype x_dtype) {
   ng_opts_add(o, "DTYPE", x_dtype);
   ng_opts_add(o, "VEC", pl->l.vec);
   ng_opts_add(o, "WG", pl->l.wg);
+  if (pl->l.nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
 }
 
-static size_t fwd_scratch_floats(const gn_plan *pl) { return pl->split ? (size_t)pl->units * 4 : 0; }
+static size_t fwd_scratch_floats(const gn_plan *pl) {
+  return pl->split ? (size_t)pl->units * 4 : 0;
+}
 
 /* Float offsets of the backward scratch regions: [unit sums][dw partials][db partials]. */
 typedef struct gn_bwd_layout {
@@ -165,10 +168,12 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   if (s == NG_SUCCESS) s = check_stat(ctx, rstd, "rstd", p->batch * p->groups);
   if (s != NG_SUCCESS) return s;
 
-  const bool vec_ok = ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
+  const bool vec_ok =
+      ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   ng_opts o;
   base_opts(&o, &pl, x.dtype);
+  ng_opts_add(&o, "BWD", 0);
   cl_program prog;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -183,16 +188,16 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   cl_uint units = pl.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
   cl_uint S = (cl_uint)p->spatial, U = pl.U, k = pl.k, P = pl.P, Ls = pl.Ls;
   float eps = p->eps;
-  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo),   NG_ARG(weight.mem), NG_ARG(wo),
-                         NG_ARG(bias.mem), NG_ARG(bo),   NG_ARG(pdt),        NG_ARG(has_w),
-                         NG_ARG(has_b),    NG_ARG(y.mem), NG_ARG(yo),        NG_ARG(mean.mem),
-                         NG_ARG(mo),       NG_ARG(rstd.mem), NG_ARG(ro),     NG_ARG(sc.mem),
-                         NG_ARG(po),       NG_ARG(units), NG_ARG(G),         NG_ARG(Cg),
-                         NG_ARG(S),        NG_ARG(U),    NG_ARG(k),          NG_ARG(P),
-                         NG_ARG(Ls),       NG_ARG(eps),  NG_ARG(split)};
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo),       NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo),       NG_ARG(pdt),        NG_ARG(has_w),
+                         NG_ARG(has_b),    NG_ARG(y.mem),    NG_ARG(yo),         NG_ARG(mean.mem),
+                         NG_ARG(mo),       NG_ARG(rstd.mem), NG_ARG(ro),         NG_ARG(sc.mem),
+                         NG_ARG(po),       NG_ARG(units),    NG_ARG(G),          NG_ARG(Cg),
+                         NG_ARG(S),        NG_ARG(U),        NG_ARG(k),          NG_ARG(P),
+                         NG_ARG(Ls),       NG_ARG(eps),      NG_ARG(split)};
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
-  s = ng_enqueue(queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args, NG_ARRAY_LEN(args),
-                 nwait, wait, pl.split ? NULL : event);
+  s = ng_enqueue(queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
+                 wait, pl.split ? NULL : event);
   if (s == NG_SUCCESS && pl.split) /* same arguments but the last */
     s = ng_enqueue(queue, prog, "ng_groupnorm_fwd_apply", global, pl.l.wg, args,
                    NG_ARRAY_LEN(args) - 1, 0, NULL, event);
@@ -223,7 +228,8 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool compute_dw = dweight.mem != NULL, compute_db = dbias.mem != NULL;
   if (s == NG_SUCCESS && compute_dw && !weight.mem)
     s = ng_fail(NG_ERR_INVALID_VALUE, "dweight given but the op has no weight");
-  if (s == NG_SUCCESS && compute_dw) s = ng_check_tensor(ctx, dweight, "dweight", p->channels, true);
+  if (s == NG_SUCCESS && compute_dw)
+    s = ng_check_tensor(ctx, dweight, "dweight", p->channels, true);
   if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
   if (s == NG_SUCCESS && compute_db) s = ng_check_tensor(ctx, dbias, "dbias", p->channels, true);
   if (s == NG_SUCCESS && compute_db && weight.mem)
@@ -239,6 +245,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
   ng_opts o;
   base_opts(&o, &pl, x.dtype);
+  ng_opts_add(&o, "BWD", 1);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
   ng_opts_add(&o, "COMPUTE_DB", compute_db);
   cl_program prog, rprog = NULL;
@@ -258,34 +265,31 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   cl_mem dbp = compute_db ? sc.mem : NULL;
   cl_uint units = pl.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
   cl_uint S = (cl_uint)p->spatial, U = pl.U, k = pl.k, P = pl.P, Ls = pl.Ls;
-  const ng_arg args[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(pdt),   NG_ARG(has_w),
-                         NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem), NG_ARG(ro),
-                         NG_ARG(dx.mem), NG_ARG(dxo), NG_ARG(part),     NG_ARG(po),
-                         NG_ARG(dwp),    NG_ARG(dwo), NG_ARG(dbp),      NG_ARG(dbo),
-                         NG_ARG(units),  NG_ARG(G),   NG_ARG(Cg),       NG_ARG(S),
-                         NG_ARG(U),      NG_ARG(k),   NG_ARG(P),        NG_ARG(Ls),
-                         NG_ARG(split)};
-  const ng_arg dx_args[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
-                            NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(pdt),   NG_ARG(has_w),
-                            NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem), NG_ARG(ro),
-                            NG_ARG(dx.mem), NG_ARG(dxo), NG_ARG(part),     NG_ARG(po),
-                            NG_ARG(units),  NG_ARG(G),   NG_ARG(Cg),       NG_ARG(S),
-                            NG_ARG(U),      NG_ARG(k),   NG_ARG(P),        NG_ARG(Ls)};
+  const ng_arg args[] = {
+      NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+      NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
+      NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(dwp),        NG_ARG(dwo),
+      NG_ARG(dbp),    NG_ARG(dbo),   NG_ARG(units),    NG_ARG(G),  NG_ARG(Cg),         NG_ARG(S),
+      NG_ARG(U),      NG_ARG(k),     NG_ARG(P),        NG_ARG(Ls), NG_ARG(split)};
+  const ng_arg dx_args[] = {
+      NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+      NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
+      NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(units),      NG_ARG(G),
+      NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls)};
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   const bool more = pl.split || compute_dw || compute_db; /* kernels after the first */
-  s = ng_enqueue(queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args, NG_ARRAY_LEN(args),
-                 nwait, wait, more ? NULL : event);
+  s = ng_enqueue(queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
+                 wait, more ? NULL : event);
   if (s == NG_SUCCESS && pl.split)
     s = ng_enqueue(queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
                    NG_ARRAY_LEN(dx_args), 0, NULL, compute_dw || compute_db ? NULL : event);
   if (s == NG_SUCCESS && compute_dw)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dwo, (unsigned)lay.prows,
-                                   p->channels, dweight, acc, 0, NULL, compute_db ? NULL : event);
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dwo, (unsigned)lay.prows, p->channels,
+                                   dweight, acc, 0, NULL, compute_db ? NULL : event);
   if (s == NG_SUCCESS && compute_db)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dbo, (unsigned)lay.prows,
-                                   p->channels, dbias, acc, 0, NULL, event);
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dbo, (unsigned)lay.prows, p->channels,
+                                   dbias, acc, 0, NULL, event);
   ng_scratch_release(&sc);
   return s;
 }

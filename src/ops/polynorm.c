@@ -49,6 +49,8 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   ng_opts_add(&o, "DTYPE", x.dtype);
   ng_opts_add(&o, "VEC", l.vec);
   ng_opts_add(&o, "WG", l.wg);
+  if (l.nv_shfl) ng_opts_add(&o, "NG_NV_SHFL", 1);
+  ng_opts_add(&o, "BWD", 0);
   cl_program prog;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -57,17 +59,16 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   cl_int pdt = weight.dtype, has_b = bias.mem != NULL;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float eps = p->eps;
-  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo),  NG_ARG(weight.mem), NG_ARG(wo),
-                         NG_ARG(bias.mem), NG_ARG(bo),  NG_ARG(pdt),        NG_ARG(has_b),
-                         NG_ARG(y.mem),    NG_ARG(yo),  NG_ARG(rstd.mem),   NG_ARG(ro),
-                         NG_ARG(rows),     NG_ARG(n),   NG_ARG(eps)};
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(pdt),        NG_ARG(has_b),
+                         NG_ARG(y.mem),    NG_ARG(yo), NG_ARG(rstd.mem),   NG_ARG(ro),
+                         NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
   return ng_enqueue(queue, prog, "ng_polynorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
                     NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
 ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
-                                            int compute_dweight, int compute_dbias,
-                                            size_t *bytes) {
+                                            int compute_dweight, int compute_dbias, size_t *bytes) {
   ng_clear_detail();
   if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
   size_t count;
@@ -110,6 +111,8 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   ng_opts_add(&o, "DTYPE", x.dtype);
   ng_opts_add(&o, "VEC", l.vec);
   ng_opts_add(&o, "WG", l.wg);
+  if (l.nv_shfl) ng_opts_add(&o, "NG_NV_SHFL", 1);
+  ng_opts_add(&o, "BWD", 1);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
   ng_opts_add(&o, "COMPUTE_DB", compute_db);
   cl_program prog, rprog = NULL;
@@ -128,10 +131,10 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   cl_mem mdw = compute_dw ? sc.mem : NULL, mdb = compute_db ? sc.mem : NULL;
   cl_int pdt = weight.dtype;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
-  const ng_arg args[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(pdt),   NG_ARG(rstd.mem),
-                         NG_ARG(ro),     NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
-                         NG_ARG(pdw),    NG_ARG(mdb), NG_ARG(pdb),      NG_ARG(rows),
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),     NG_ARG(pdt),   NG_ARG(rstd.mem),
+                         NG_ARG(ro),         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
+                         NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
                          NG_ARG(n)};
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   s = ng_enqueue(queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
@@ -140,8 +143,8 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdw, l.groups, 3, dweight, acc, 0,
                                    NULL, compute_db ? NULL : event);
   if (s == NG_SUCCESS && compute_db)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdb, l.groups, 1, dbias, acc, 0,
-                                   NULL, event);
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdb, l.groups, 1, dbias, acc, 0, NULL,
+                                   event);
   ng_scratch_release(&sc);
   return s;
 }

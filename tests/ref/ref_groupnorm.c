@@ -61,8 +61,7 @@ void ref_groupnorm_backward(const ref_groupnorm *p, const float *dy, const float
       const size_t c = c0 + i / S;
       const double w = p->w ? p->w[c] : 1.0, xh = (x[base + i] - mu) * rs, g = w * dy[base + i];
       if (dx) dx[base + i] = (g - xh * c1 - c2) * rs;
-      if (dx_scale)
-        *dx_scale = fmax(*dx_scale, (fabs(g) + fabs(xh * c1) + fabs(c2)) * rs);
+      if (dx_scale) *dx_scale = fmax(*dx_scale, (fabs(g) + fabs(xh * c1) + fabs(c2)) * rs);
     }
   }
 }

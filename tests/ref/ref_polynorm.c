@@ -52,8 +52,9 @@ void ref_polynorm_backward(const ref_polynorm *p, const float *dy, const float *
       }
     }
     for (size_t j = 0; j < n; j++) {
-      const double xv = xr[j], pw[6] = {1, xv, xv * xv, xv * xv * xv, xv * xv * xv * xv,
-                                        xv * xv * xv * xv * xv};
+      const double xv = xr[j],
+                   pw[6] = {
+                       1, xv, xv * xv, xv * xv * xv, xv * xv * xv * xv, xv * xv * xv * xv * xv};
       double v = 0, big = 0;
       for (int q = 1; q <= 3; q++) {
         const double t1 = wp[q] * q * pw[q - 1] * rs[q] * dr[j];
