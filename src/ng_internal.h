@@ -29,6 +29,7 @@ typedef struct ng_device_info {
   char vendor[128];
   char driver[128];
   char platform[256];
+  bool nv_shfl; /* NVIDIA: PTX warp shuffles are available to OpenCL C through inline asm */
 } ng_device_info;
 
 /* ---- program cache (program_cache.c) ------------------------------------------------------- */
@@ -118,6 +119,10 @@ ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, siz
 /* Record an event of an enqueued command for ng_profile_* when this thread is profiling
  * (retains it). Call with the event of every enqueue the library makes outside ng_enqueue. */
 void ng_profile_record(cl_event ev);
+/* Record a span that ends with `to` and starts when `from` ended (a small command enqueued just
+ * before one that runs several kernels of its own, like a CLBlast GEMM, whose event is only that
+ * of its last kernel). Counts as one entry. */
+void ng_profile_record_span(cl_event from, cl_event to);
 bool ng_profile_active(void);
 
 /* Scratch: use the caller's buffer when given, else allocate one (released by ng_scratch_done
@@ -136,8 +141,9 @@ typedef struct ng_row_launch {
   unsigned groups;   /* persistent groups */
   unsigned vec;      /* 8 or 1 */
   unsigned reg_cols; /* vector slots per work-item held in registers */
+  bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
 } ng_row_launch;
-/* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG. */
+/* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    bool backward);

@@ -27,16 +27,6 @@ static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size
   return s;
 }
 
-/* DTYPE, W_DTYPE (the weight's, else the bias's in the forward), HAS_W, VEC, WG. */
-static void ln_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor w,
-                    ng_tensor b) {
-  ng_opts_add(o, "DTYPE", x_dtype);
-  ng_opts_add(o, "W_DTYPE", w.mem ? w.dtype : b.mem ? b.dtype : NG_F32);
-  ng_opts_add(o, "HAS_W", w.mem ? 1 : 0);
-  ng_opts_add(o, "VEC", l->vec);
-  ng_opts_add(o, "WG", l->wg);
-}
-
 ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                                const ng_layernorm_params *p, ng_tensor x, ng_tensor weight,
                                ng_tensor bias, ng_tensor y, ng_tensor mean, ng_tensor rstd,
@@ -57,8 +47,10 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
   ng_opts o;
   ng_opts_init(&o);
-  ln_opts(&o, &l, x.dtype, weight, bias);
+  ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "HAS_B", bias.mem ? 1 : 0);
+  /* the bias has the weight's dtype, except without a weight (W_DTYPE is then a placeholder) */
+  if (bias.mem && !weight.mem) ng_opts_add(&o, "B_DTYPE", bias.dtype);
   cl_program prog;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -86,9 +78,11 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  /* The group count does not depend on alignment, so the vector choice does not matter here. */
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
-  if (ng_mul_overflows((size_t)l.groups * 4 * sections, p->n, bytes))
+  /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
+  const ng_row_launch l8 = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
+  const ng_row_launch l1 = ng_choose_row_launch(ctx, p->rows, p->n, false, true);
+  const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
+  if (ng_mul_overflows(groups * 4 * sections, p->n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
   return NG_SUCCESS;
 }
@@ -123,20 +117,20 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s == NG_SUCCESS && compute_db) s = ng_check_same_dtype(bias, "bias", dbias, "dbias");
   if (s != NG_SUCCESS) return s;
 
-  size_t scratch_bytes = 0;
-  s = ng_layernorm_backward_scratch_size(ctx, p, compute_dw, compute_db, &scratch_bytes);
-  if (s != NG_SUCCESS) return s;
+  const bool partials = compute_dw || compute_db;
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
-  if (scratch_bytes && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, true);
+  if (partials && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
+  /* with both frozen there are no partials, so the forward's larger grid may be used */
+  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, partials);
+  const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
+  const size_t scratch_bytes = (size_t)l.groups * 4 * sections * p->n;
   ng_opts o;
   ng_opts_init(&o);
-  /* The bias is not read backward: only the weight's dtype matters to the program. */
-  ln_opts(&o, &l, x.dtype, weight, ng_tensor_none());
+  /* The bias is not read backward (it only says whether dB may be asked for). */
+  ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
   ng_opts_add(&o, "COMPUTE_DB", compute_db);
-  if (compute_dw || compute_db) ng_opts_add(&o, "REG", l.reg_cols);
   cl_program prog, rw = NULL, rb = NULL;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
   if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rw);
@@ -156,7 +150,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(sc.mem),   NG_ARG(po),  NG_ARG(rows),       NG_ARG(n)};
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   s = ng_enqueue(queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
-                 NG_ARRAY_LEN(args), nwait, wait, compute_dw || compute_db ? NULL : event);
+                 NG_ARRAY_LEN(args), nwait, wait, partials ? NULL : event);
   /* Sections of the scratch: dW partials first (when computed), then dB partials. */
   if (s == NG_SUCCESS && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rw, sc.mem, po, l.groups, p->n, dweight, acc, 0,

@@ -104,9 +104,11 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  /* The group count does not depend on alignment, so the vector choice does not matter here. */
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
-  if (ng_mul_overflows((size_t)l.groups * 4, p->n, bytes))
+  /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
+  const ng_row_launch l8 = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
+  const ng_row_launch l1 = ng_choose_row_launch(ctx, p->rows, p->n, false, true);
+  const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
+  if (ng_mul_overflows(groups * 4, p->n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
   return NG_SUCCESS;
 }
@@ -144,19 +146,17 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
   if (s != NG_SUCCESS) return s;
 
-  size_t scratch_bytes = 0;
-  s = scratch_size(ctx, p, compute_dw, &scratch_bytes);
-  if (s != NG_SUCCESS) return s;
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, true);
+  /* a frozen backward keeps no partials, so it may use the forward's larger grid */
+  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, compute_dw);
+  const size_t scratch_bytes = compute_dw ? (size_t)l.groups * 4 * p->n : 0;
   ng_opts o;
   ng_opts_init(&o);
   ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  if (compute_dw) ng_opts_add(&o, "REG", l.reg_cols);
   if (has_ds) ng_opts_add(&o, "HAS_DS", 1);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
