@@ -227,8 +227,85 @@ NG_API ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsn
                                                   int compute_dweight, size_t *bytes);
 
 /* ---- fused add + RMSNorm (issue 3) ---------------------------------------------------------- */
+/* s = rd(x + residual) (stored: it is the next layer's residual), y = RMSNorm(s) with the
+ * casting modes, offset and optional weight of ng_rmsnorm_*. Same fields as ng_rmsnorm_params. */
+typedef struct ng_fused_add_rmsnorm_params {
+  size_t rows;
+  size_t n;
+  float eps;
+  float offset;
+  ng_casting_mode casting_mode;
+} ng_fused_add_rmsnorm_params;
+
+/** x, residual, y and s share x's dtype (f32/f16/bf16); weight any float dtype, or mem NULL =
+ *  no weight; rstd[rows] f32. s may be the residual buffer itself (same offset: updated in
+ *  place). Errors as ng_rmsnorm_forward, plus NG_ERR_NULL_BUFFER for a missing residual or s. */
+NG_API ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                              const ng_fused_add_rmsnorm_params *p, ng_tensor x,
+                                              ng_tensor residual, ng_tensor weight, ng_tensor y,
+                                              ng_tensor s, ng_tensor rstd,
+                                              cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
+
+/** dx = RMSNormBackward(dy; s, rstd) + ds_out, written once: it is both the gradient of x and
+ *  of residual. ds_out (x's dtype) is the gradient reaching s from later layers; mem NULL = none
+ *  (not read; no zero buffer needed). dx may be the ds_out buffer itself (same offset). dy, s,
+ *  dx share a dtype. dweight (weight's dtype) mem NULL = frozen weight: built with
+ *  -DCOMPUTE_DW=0, no scratch, no reduction; dx is bit-identical either way. flags:
+ *  NG_ACCUMULATE_GRAD adds dweight to the buffer's contents. */
+NG_API ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                               const ng_fused_add_rmsnorm_params *p,
+                                               ng_tensor dy, ng_tensor ds_out, ng_tensor s,
+                                               ng_tensor weight, ng_tensor rstd, ng_tensor dx,
+                                               ng_tensor dweight, unsigned flags,
+                                               ng_tensor scratch,
+                                               cl_uint num_events_in_wait_list,
+                                               const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_fused_add_rmsnorm_backward needs (0 when compute_dweight is
+ *  0). */
+NG_API ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
+                                                            const ng_fused_add_rmsnorm_params *p,
+                                                            int compute_dweight, size_t *bytes);
 
 /* ---- LayerNorm (issue 3) -------------------------------------------------------------------- */
+/* mean = Σx/n, var = Σ(x − mean)²/n (two passes over the row), rstd = 1/sqrt(var + eps),
+ * y = rd(xhat·w + b) with xhat = (x − mean)·rstd; weight and bias each optional (absent: w = 1,
+ * b = 0). */
+typedef struct ng_layernorm_params {
+  size_t rows;
+  size_t n;
+  float eps;
+} ng_layernorm_params;
+
+/** x[rows, n] → y (x's dtype), mean[rows] and rstd[rows] (f32). weight[n] and bias[n] each
+ *  mem NULL = absent; when both are given they share a dtype (any of f32/f16/bf16, independent
+ *  of x's). NG_ERR_DTYPE_MISMATCH when y differs from x or bias from weight. */
+NG_API ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_layernorm_params *p, ng_tensor x,
+                                      ng_tensor weight, ng_tensor bias, ng_tensor y,
+                                      ng_tensor mean, ng_tensor rstd,
+                                      cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** dx (x's dtype) from dy, x, weight, mean, rstd. `bias` is not read: it says whether the layer
+ *  has a bias (and its dtype). dweight mem NULL = frozen weight (-DCOMPUTE_DW=0), dbias mem NULL
+ *  = frozen bias (-DCOMPUTE_DB=0), independently; each gradient has its parameter's dtype; with
+ *  both frozen there is no scratch and no reduction pass. dx is bit-identical whatever is frozen.
+ *  NG_ERR_INVALID_VALUE for a dweight without weight or a dbias without bias. flags:
+ *  NG_ACCUMULATE_GRAD adds to dweight/dbias instead of overwriting them. */
+NG_API ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_layernorm_params *p, ng_tensor dy, ng_tensor x,
+                                       ng_tensor weight, ng_tensor bias, ng_tensor mean,
+                                       ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                                       ng_tensor dbias, unsigned flags, ng_tensor scratch,
+                                       cl_uint num_events_in_wait_list,
+                                       const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_layernorm_backward needs (0 when both flags are 0). */
+NG_API ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
+                                                    int compute_dweight, int compute_dbias,
+                                                    size_t *bytes);
 
 /* ---- GroupNorm (issue 3) -------------------------------------------------------------------- */
 /* x[B, C, *spatial] viewed as [B, C, S] (S = product of the spatial dims, 1 for x[B, C]); groups

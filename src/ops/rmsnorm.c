@@ -1,4 +1,7 @@
-/* RMSNorm: validation, variant choice and enqueue (kernels in cl/rmsnorm.cl). */
+/* RMSNorm and fused add + RMSNorm: validation, variant choice and enqueue (kernels in
+ * cl/rmsnorm.cl). The fused op is RMSNorm of s = rd(x + residual), so both share the checks and
+ * launch code below; they differ only in the extra tensors (residual and s forward, ds_out
+ * backward). */
 #include "../ng_internal.h"
 
 static ng_status check_params(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
@@ -19,46 +22,82 @@ static ng_status check_weight(ng_context *ctx, ng_tensor w, size_t n) {
   return w.mem ? ng_check_tensor(ctx, w, "weight", n, true) : NG_SUCCESS;
 }
 
-ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                             ng_tensor x, ng_tensor weight, ng_tensor y, ng_tensor rstd,
-                             cl_uint nwait, const cl_event *wait, cl_event *event) {
-  ng_clear_detail();
+/* A tensor of `count` elements that must have x's dtype. */
+static ng_status check_like_x(ng_context *ctx, ng_tensor x, ng_tensor t, const char *what,
+                              size_t count) {
+  ng_status s = ng_check_tensor(ctx, t, what, count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", t, what);
+  return s;
+}
+
+static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
+  ng_status s = ng_check_tensor(ctx, rstd, "rstd", rows, true);
+  if (s == NG_SUCCESS && rstd.dtype != NG_F32)
+    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "rstd must be f32");
+  return s;
+}
+
+/* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
+static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                             bool fused, ng_tensor x, ng_tensor residual, ng_tensor weight,
+                             ng_tensor y, ng_tensor sum, ng_tensor rstd, cl_uint nwait,
+                             const cl_event *wait, cl_event *event) {
   size_t count = 0;
   ng_status s = check_params(ctx, queue, p, &count);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
-  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
+  if (s == NG_SUCCESS && fused) s = check_like_x(ctx, x, residual, "residual", count);
+  if (s == NG_SUCCESS) s = check_like_x(ctx, x, y, "y", count);
+  if (s == NG_SUCCESS && fused) s = check_like_x(ctx, x, sum, "s", count);
   if (s == NG_SUCCESS) s = check_weight(ctx, weight, p->n);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, rstd, "rstd", p->rows, true);
-  if (s == NG_SUCCESS && rstd.dtype != NG_F32)
-    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "rstd must be f32");
+  if (s == NG_SUCCESS) s = check_rstd(ctx, rstd, p->rows);
   if (s != NG_SUCCESS) return s;
 
-  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
-                      ng_vec_aligned(ctx, weight, p->n, 8);
+  bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
+                ng_vec_aligned(ctx, weight, p->n, 8);
+  if (fused) vec_ok = vec_ok && ng_vec_aligned(ctx, residual, p->n, 8) &&
+                      ng_vec_aligned(ctx, sum, p->n, 8);
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
   ng_opts o;
   ng_opts_init(&o);
   ng_row_opts(&o, &l, x.dtype, weight);
+  if (fused) ng_opts_add(&o, "FUSED_ADD", 1);
   cl_program prog;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
 
-  cl_ulong xo = x.offset, wo = weight.offset, yo = y.offset, ro = rstd.offset;
+  cl_ulong xo = x.offset, reso = residual.offset, so = sum.offset, wo = weight.offset,
+           yo = y.offset, ro = rstd.offset;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float eps = p->eps, off = p->offset;
   cl_int mode = p->casting_mode;
-  const ng_arg args[] = {NG_ARG(x.mem), NG_ARG(xo),   NG_ARG(weight.mem), NG_ARG(wo),
-                         NG_ARG(y.mem), NG_ARG(yo),   NG_ARG(rstd.mem),   NG_ARG(ro),
-                         NG_ARG(rows),  NG_ARG(n),    NG_ARG(eps),        NG_ARG(off),
-                         NG_ARG(mode)};
-  return ng_enqueue(queue, prog, "ng_rmsnorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
-                    NG_ARRAY_LEN(args), nwait, wait, event);
+  ng_arg args[17];
+  cl_uint na = 0;
+  args[na++] = NG_ARG(x.mem);
+  args[na++] = NG_ARG(xo);
+  if (fused) {
+    args[na++] = NG_ARG(residual.mem);
+    args[na++] = NG_ARG(reso);
+    args[na++] = NG_ARG(sum.mem);
+    args[na++] = NG_ARG(so);
+  }
+  const ng_arg rest[] = {NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(y.mem), NG_ARG(yo),
+                         NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(rows),  NG_ARG(n),
+                         NG_ARG(eps),        NG_ARG(off), NG_ARG(mode)};
+  for (size_t i = 0; i < NG_ARRAY_LEN(rest); i++) args[na++] = rest[i];
+  return ng_enqueue(queue, prog, fused ? "ng_fused_add_rmsnorm_fwd" : "ng_rmsnorm_fwd",
+                    (size_t)l.groups * l.wg, l.wg, args, na, nwait, wait, event);
 }
 
-ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
-                                           int compute_dweight, size_t *bytes) {
+ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                             ng_tensor x, ng_tensor weight, ng_tensor y, ng_tensor rstd,
+                             cl_uint nwait, const cl_event *wait, cl_event *event) {
   ng_clear_detail();
+  return rms_forward(ctx, queue, p, false, x, ng_tensor_none(), weight, y, ng_tensor_none(), rstd,
+                     nwait, wait, event);
+}
+
+static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int compute_dweight,
+                              size_t *bytes) {
   if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
   size_t count;
   ng_status s = ng_check_rows(p->rows, p->n, &count);
@@ -74,24 +113,32 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
   return NG_SUCCESS;
 }
 
-ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                              ng_tensor dy, ng_tensor x, ng_tensor weight, ng_tensor rstd,
-                              ng_tensor dx, ng_tensor dweight, unsigned flags, ng_tensor scratch,
-                              cl_uint nwait, const cl_event *wait, cl_event *event) {
+ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
+                                           int compute_dweight, size_t *bytes) {
   ng_clear_detail();
+  return scratch_size(ctx, p, compute_dweight, bytes);
+}
+
+/* Backward; `x` is the normalized input (s for the fused op), ds_out (optional) is added to dx. */
+static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                              const char *x_name, ng_tensor dy, ng_tensor ds_out, ng_tensor x,
+                              ng_tensor weight, ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                              unsigned flags, ng_tensor scratch, cl_uint nwait,
+                              const cl_event *wait, cl_event *event) {
   size_t count = 0;
   ng_status s = check_params(ctx, queue, p, &count);
   if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
     s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, x_name, count, true);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dx, "dx", count, true);
-  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dy, "dy");
-  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dx, "dx");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, x_name, dy, "dy");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, x_name, dx, "dx");
+  const bool has_ds = ds_out.mem != NULL;
+  if (s == NG_SUCCESS && has_ds) s = ng_check_tensor(ctx, ds_out, "ds_out", count, true);
+  if (s == NG_SUCCESS && has_ds) s = ng_check_same_dtype(x, x_name, ds_out, "ds_out");
   if (s == NG_SUCCESS) s = check_weight(ctx, weight, p->n);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, rstd, "rstd", p->rows, true);
-  if (s == NG_SUCCESS && rstd.dtype != NG_F32)
-    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "rstd must be f32");
+  if (s == NG_SUCCESS) s = check_rstd(ctx, rstd, p->rows);
   const bool compute_dw = dweight.mem != NULL;
   if (s == NG_SUCCESS && compute_dw && !weight.mem)
     s = ng_fail(NG_ERR_INVALID_VALUE, "dweight given but the op has no weight");
@@ -100,7 +147,8 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s != NG_SUCCESS) return s;
 
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
-                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
+                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
+                ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid */
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, compute_dw);
@@ -109,6 +157,7 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   ng_opts_init(&o);
   ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
+  if (has_ds) ng_opts_add(&o, "HAS_DS", 1);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
@@ -118,19 +167,71 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s != NG_SUCCESS) return s;
 
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
-  cl_ulong po = sc.offset_bytes / 4;
+  cl_ulong po = sc.offset_bytes / 4, dso = ds_out.offset;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float off = p->offset;
   cl_int mode = p->casting_mode;
-  const ng_arg args[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),   NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(rstd.mem), NG_ARG(ro),
-                         NG_ARG(dx.mem), NG_ARG(dxo), NG_ARG(sc.mem),  NG_ARG(po),
-                         NG_ARG(rows),  NG_ARG(n),   NG_ARG(off),     NG_ARG(mode)};
-  s = ng_enqueue(queue, prog, "ng_rmsnorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
-                 NG_ARRAY_LEN(args), nwait, wait, compute_dw ? NULL : event);
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(rstd.mem), NG_ARG(ro),
+                         NG_ARG(dx.mem),     NG_ARG(dxo), NG_ARG(sc.mem),   NG_ARG(po),
+                         NG_ARG(rows),       NG_ARG(n),   NG_ARG(off),      NG_ARG(mode),
+                         NG_ARG(ds_out.mem), NG_ARG(dso)};
+  /* The last two arguments exist only in the HAS_DS variant. */
+  const cl_uint nargs = (cl_uint)NG_ARRAY_LEN(args) - (has_ds ? 0 : 2);
+  s = ng_enqueue(queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd" : "ng_rmsnorm_bwd",
+                 (size_t)l.groups * l.wg, l.wg, args, nargs, nwait, wait,
+                 compute_dw ? NULL : event);
   if (s == NG_SUCCESS && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, po, l.groups, p->n, dweight,
                                    (flags & NG_ACCUMULATE_GRAD) != 0, 0, NULL, event);
   ng_scratch_release(&sc);
   return s;
+}
+
+ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                              ng_tensor dy, ng_tensor x, ng_tensor weight, ng_tensor rstd,
+                              ng_tensor dx, ng_tensor dweight, unsigned flags, ng_tensor scratch,
+                              cl_uint nwait, const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  return rms_backward(ctx, queue, p, "x", dy, ng_tensor_none(), x, weight, rstd, dx, dweight,
+                      flags, scratch, nwait, wait, event);
+}
+
+/* ---- fused add + RMSNorm --------------------------------------------------------------------- */
+static ng_rmsnorm_params as_rms(const ng_fused_add_rmsnorm_params *p) {
+  ng_rmsnorm_params r = {p->rows, p->n, p->eps, p->offset, p->casting_mode};
+  return r;
+}
+
+ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_fused_add_rmsnorm_params *p, ng_tensor x,
+                                       ng_tensor residual, ng_tensor weight, ng_tensor y,
+                                       ng_tensor s, ng_tensor rstd, cl_uint nwait,
+                                       const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  const ng_rmsnorm_params rp = as_rms(p);
+  return rms_forward(ctx, queue, &rp, true, x, residual, weight, y, s, rstd, nwait, wait, event);
+}
+
+ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                        const ng_fused_add_rmsnorm_params *p, ng_tensor dy,
+                                        ng_tensor ds_out, ng_tensor s, ng_tensor weight,
+                                        ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                                        unsigned flags, ng_tensor scratch, cl_uint nwait,
+                                        const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  const ng_rmsnorm_params rp = as_rms(p);
+  return rms_backward(ctx, queue, &rp, "s", dy, ds_out, s, weight, rstd, dx, dweight, flags,
+                      scratch, nwait, wait, event);
+}
+
+ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
+                                                     const ng_fused_add_rmsnorm_params *p,
+                                                     int compute_dweight, size_t *bytes) {
+  ng_clear_detail();
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  const ng_rmsnorm_params rp = as_rms(p);
+  return scratch_size(ctx, &rp, compute_dweight, bytes);
 }
