@@ -1,10 +1,14 @@
 /* The shared last pass of parameter-gradient reductions (cl/reduce.cl). */
 #include "ng_internal.h"
 
+void ng_reduce_opts(ng_opts *o, ng_dtype out_dtype) {
+  ng_opts_init(o);
+  ng_opts_add(o, "W_DTYPE", out_dtype);
+}
+
 ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog) {
   ng_opts o;
-  ng_opts_init(&o);
-  ng_opts_add(&o, "W_DTYPE", out_dtype);
+  ng_reduce_opts(&o, out_dtype);
   return ng_get_program(ctx, "reduce", &o, prog);
 }
 

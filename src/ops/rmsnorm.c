@@ -19,6 +19,21 @@ static ng_status check_weight(ng_context *ctx, ng_tensor w, size_t n) {
   return w.mem ? ng_check_tensor(ctx, w, "weight", n, true) : NG_SUCCESS;
 }
 
+/* Build options of the forward and backward programs; the launch path and
+ * ng_rmsnorm_for_each_variant both use these, so prebuild builds exactly what calls use. */
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, has_w, wd);
+}
+
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
+                     bool compute_dw) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, has_w, wd);
+  ng_opts_add(o, "COMPUTE_DW", compute_dw);
+  if (compute_dw) ng_opts_add(o, "REG", l->reg_cols);
+}
+
 ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
                              ng_tensor x, ng_tensor weight, ng_tensor y, ng_tensor rstd,
                              cl_uint nwait, const cl_event *wait, cl_event *event) {
@@ -38,8 +53,7 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                       ng_vec_aligned(ctx, weight, p->n, 8);
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
+  fwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype);
   cl_program prog;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -105,10 +119,7 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, true);
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
-  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  if (compute_dw) ng_opts_add(&o, "REG", l.reg_cols);
+  bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
@@ -132,5 +143,36 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, po, l.groups, p->n, dweight,
                                    (flags & NG_ACCUMULATE_GRAD) != 0, 0, NULL, event);
   ng_scratch_release(&sc);
+  return s;
+}
+
+/* Every program the two calls above can pick on this device: x dtype × (no weight, or a weight
+ * of each dtype) × the vector widths the launch choice allows × frozen or not, and the dweight
+ * reductions. Shapes only change the group count, which is a kernel argument. */
+ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int bwd = 0; bwd < 2; bwd++)
+    for (int aligned = 1; aligned >= 0; aligned--) {
+      const ng_row_launch l = ng_choose_row_launch(ctx, 1u << 20, 4096, aligned != 0, bwd != 0);
+      if (!aligned && l.vec == ng_choose_row_launch(ctx, 1u << 20, 4096, true, bwd != 0).vec)
+        continue; /* the launch never vectorises here: the unaligned case is the same program */
+      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+        for (int wi = -1; wi < (int)NG_ARRAY_LEN(fl); wi++)
+          for (int dw = 0; dw <= bwd; dw++) {
+            const bool has_w = wi >= 0;
+            if (dw && !has_w) continue; /* no weight, nothing to train */
+            ng_opts o;
+            const ng_dtype wd = has_w ? fl[wi] : NG_F32;
+            if (bwd) bwd_opts(&o, &l, fl[xi], has_w, wd, dw != 0);
+            else fwd_opts(&o, &l, fl[xi], has_w, wd);
+            if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
+          }
+    }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
   return s;
 }
