@@ -29,6 +29,11 @@ static ng_status query_info(cl_device_id dev, ng_device_info *info) {
   if (plat)
     clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof info->platform - 1, info->platform, NULL);
   info->base_align_bytes = bits / 8;
+  /* PTX shuffles through inline asm: NVIDIA's driver only (cl_nv_device_attribute_query marks
+   * it), with a portable local-memory tree everywhere else. */
+  char ext[8192] = "";
+  clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
+  info->nv_shfl = strstr(info->vendor, "NVIDIA") && strstr(ext, "cl_nv_device_attribute_query");
   if (info->compute_units == 0) info->compute_units = 1;
   if (info->max_wg == 0) info->max_wg = 1;
   return NG_SUCCESS;
@@ -234,6 +239,7 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
   }
   if (ctx->tune[NG_TUNE_WORKGROUP]) l.wg = ctx->tune[NG_TUNE_WORKGROUP];
   l.reg_cols = cpu ? 1u : 4u;
+  l.nv_shfl = d->nv_shfl && l.wg % 32 == 0;
   if (ctx->tune[NG_TUNE_REG_COLS]) l.reg_cols = ctx->tune[NG_TUNE_REG_COLS];
   /* Persistent grid: enough groups to fill the device; backward keeps it small because every
    * group owns one row of the dW partial buffer. */
@@ -257,4 +263,5 @@ void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool h
   ng_opts_add(o, "HAS_W", has_w ? 1 : 0);
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
+  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
 }

@@ -29,6 +29,7 @@ typedef struct ng_device_info {
   char vendor[128];
   char driver[128];
   char platform[256];
+  bool nv_shfl; /* NVIDIA: PTX warp shuffles are available to OpenCL C through inline asm */
 } ng_device_info;
 
 /* ---- program cache (program_cache.c) ------------------------------------------------------- */
@@ -177,6 +178,7 @@ typedef struct ng_row_launch {
   unsigned groups;   /* persistent groups */
   unsigned vec;      /* 8 or 1 */
   unsigned reg_cols; /* vector slots per work-item held in registers */
+  bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
 } ng_row_launch;
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG. */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);

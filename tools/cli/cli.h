@@ -104,7 +104,145 @@ typedef struct cli_op {
   void (*bench_cleanup)(void *state);
 } cli_op;
 
-/* The registry (ops.c): NULL-terminated. */
+/* The registry (generated cli_ops.c, from the op_*.c file names): NULL-terminated. */
 extern const cli_op *const cli_ops[];
+/* The op called `name`, or NULL. */
+const cli_op *cli_find_op(const char *name);
+
+/* =============================================================================================
+ * Helpers added by the CLI core (everything below is additive; the declarations above are the
+ * interface op files were first written against).
+ * ============================================================================================= */
+
+/* ---- subcommands (main.c) --------------------------------------------------------------------
+ * A subcommand is one row of the table in main.c: {name, function, summary, usage}. The core
+ * handles `--help`/`-h` for every row (it prints `usage`), then calls fn(argc, argv) with
+ * argv[0] = the subcommand's name. fn returns the process exit code (CLI_OK/CLI_USAGE/
+ * CLI_DEVICE) and prints its own messages (errors on stderr, prefixed "normgrad-cli: "). */
+typedef int (*cli_command_fn)(int argc, char **argv);
+typedef struct cli_command {
+  const char *name;
+  cli_command_fn fn;
+  const char *summary; /* one line for `normgrad-cli --help` */
+  const char *usage;   /* full text for `normgrad-cli NAME --help` */
+} cli_command;
+
+/* Print "normgrad-cli: <message>\n" on stderr; returns `code` so callers can `return cli_error(…)`. */
+int cli_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- strict number parsing (main.c) ------------------------------------------------------------
+ * The whole string must be the number (no trailing text, no empty string); NaN is rejected, and
+ * the value must lie in [lo, hi] (so ±Inf is rejected unless the range admits it). On failure
+ * err gets "OPT: 'TEXT' is not …" and CLI_USAGE is returned. */
+int cli_parse_double(const char *opt, const char *text, double lo, double hi, double *out,
+                     char *err, size_t errlen);
+int cli_parse_ll(const char *opt, const char *text, long long lo, long long hi, long long *out,
+                 char *err, size_t errlen);
+/* The defaults SPEC.md gives (eps 1e-6, ignore_index -100, grad_output 1, llama, mean). */
+void cli_options_init(cli_options *o);
+
+/* ---- host tensors and dtypes (tensors.c; no OpenCL needed) ----------------------------------- */
+/* Safetensors dtype names: "F32", "F16", "BF16", "I32", "I64"; NULL for anything else. */
+const char *cli_st_dtype_name(ng_dtype dt);
+/* Parse a safetensors dtype name (exact, upper case). Returns 0, or -1 when unknown. */
+int cli_st_dtype_parse(const char *name, ng_dtype *out);
+static inline bool cli_dtype_is_float(ng_dtype dt) {
+  return dt == NG_F32 || dt == NG_F16 || dt == NG_BF16;
+}
+/* Element i of a tensor as double (integers converted, f16/bf16 widened exactly). */
+double cli_tensor_get(const cli_tensor *t, size_t i);
+/* Round-to-nearest-even conversions (NaN stays NaN), as the kernels do them. */
+uint16_t cli_f32_to_bf16(float f);
+float cli_bf16_to_f32(uint16_t b);
+uint16_t cli_f32_to_f16(float f);
+float cli_f16_to_f32(uint16_t h);
+/* Store `count` floats as dtype `dt` (f32/f16/bf16) at dst. */
+void cli_pack_floats(ng_dtype dt, const float *src, void *dst, size_t count);
+/* "[8, 256]" (or "[]" for a scalar) into buf. Returns buf. */
+const char *cli_shape_str(const cli_tensor *t, char *buf, size_t len);
+/* Product of dims in *out; -1 when a dim is negative or the product (times elem_size, when not 0)
+ * overflows size_t. */
+int cli_shape_numel(int ndim, const int64_t *shape, size_t elem_size, size_t *out);
+
+/* ---- input checking for op files (tensors.c). Each returns CLI_OK, or CLI_USAGE with err
+ * naming the tensor and the problem. ------------------------------------------------------------ */
+/* The input called `name`: *t = it, or NULL when absent. Missing and `required` → CLI_USAGE
+ * ("OP: missing required tensor 'NAME'"). */
+int cli_input(const cli_tensors *in, const char *op, const char *name, bool required,
+              const cli_tensor **t, char *err, size_t errlen);
+/* Every input name must be one of `allowed` (NULL-terminated): a misspelt "dY" must not silently
+ * skip the backward. */
+int cli_check_names(const cli_tensors *in, const char *op, const char *const *allowed, char *err,
+                    size_t errlen);
+/* t's dtype is one of the dtypes whose bit (1u << dtype) is set in `mask`. */
+#define CLI_FLOAT_DTYPES ((1u << NG_F32) | (1u << NG_F16) | (1u << NG_BF16))
+#define CLI_INDEX_DTYPES ((1u << NG_I32) | (1u << NG_I64))
+int cli_expect_dtype(const cli_tensor *t, unsigned mask, char *err, size_t errlen);
+/* t has dtype exactly like `like`'s. */
+int cli_expect_same_dtype(const cli_tensor *t, const cli_tensor *like, char *err, size_t errlen);
+/* View t (rank ≥ 1, no zero dims) as rows × n with n = its last dim. */
+int cli_rows_n(const cli_tensor *t, size_t *rows, size_t *n, char *err, size_t errlen);
+/* t has exactly like's shape. */
+int cli_expect_same_shape(const cli_tensor *t, const cli_tensor *like, char *err, size_t errlen);
+/* t has exactly the shape (ndim, shape); `why` (may be NULL) says where it comes from, e.g.
+ * "the last dim of x". */
+int cli_expect_shape(const cli_tensor *t, int ndim, const int64_t *shape, const char *why,
+                     char *err, size_t errlen);
+/* The shape of `t` without its last dim ([1] when t is 1-D): the shape of per-row statistics. */
+void cli_rows_shape(const cli_tensor *t, int *ndim, int64_t *shape);
+
+/* ---- safetensors (safetensors.c) -------------------------------------------------------------
+ * Reader: the whole format is checked (header length, JSON, dtypes F32/F16/BF16/I32/I64, shapes,
+ * data_offsets inside the data section and consistent with shape·dtype, no overlaps, no
+ * duplicate names, at most CLI_MAX_DIMS dims, __metadata__ a map of strings). Appends the tensors
+ * to *out in header order. Returns CLI_OK or CLI_USAGE with err saying what is wrong; on failure
+ * *out is left as it was. */
+int cli_st_parse(const void *buf, size_t len, cli_tensors *out, char *err, size_t errlen);
+int cli_st_read(const char *path, cli_tensors *out, char *err, size_t errlen);
+/* Writer: tensors in list order, contiguous, header padded with spaces so the data starts at a
+ * multiple of 8. `meta` is NULL or a NULL-terminated list of key, value strings for
+ * __metadata__. Written to a temporary file in the destination's directory, fsynced and renamed
+ * over `path` only when everything succeeded; on failure the temporary is removed and `path` is
+ * untouched. Returns CLI_OK or CLI_USAGE (err filled). */
+int cli_st_write(const char *path, const cli_tensors *ts, const char *const *meta, char *err,
+                 size_t errlen);
+/* The same bytes in memory (malloc'd, *len set), for tests. */
+int cli_st_serialize(const cli_tensors *ts, const char *const *meta, void **buf, size_t *len,
+                     char *err, size_t errlen);
+
+/* ---- device environment (common.c) ----------------------------------------------------------- */
+/* Open the device `selector` picks (NULL/"" = NORMGRAD_DEVICE, then the default), with an
+ * in-order profiling queue. A selector that matches nothing → CLI_USAGE; no device at all or an
+ * OpenCL failure → CLI_DEVICE. */
+int cli_env_open(const char *selector, cli_env *env, char *err, size_t errlen);
+void cli_env_close(cli_env *env);
+/* Device name, vendor, platform, driver (empty strings when the query fails). */
+typedef struct cli_device_desc {
+  char name[256], vendor[256], platform[256], driver[128], version[128];
+  cl_device_type type;
+  cl_uint compute_units;
+  cl_ulong global_mem, max_alloc;
+} cli_device_desc;
+void cli_describe_device(cl_device_id dev, cli_device_desc *d);
+/* "GPU", "CPU", "ACCELERATOR", … */
+const char *cli_device_type_str(cl_device_type t);
+
+/* A device buffer of `count` elements of `dt` filled with deterministic pseudo-random values
+ * (f32/f16/bf16: uniform with the given mean and standard deviation; I32/I64: in [0, (int)std)).
+ * For bench_setup. NULL on failure with err filled. */
+cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed, double mean,
+                         double std, char *err, size_t errlen);
+
+/* ---- benchmarks (bench.c) ---------------------------------------------------------------------
+ * Runs `pass` (one of the names the op's bench_setup reports) of op on `spec`: every case that
+ * comes before it in the op's list is run once first (a backward needs the forward's saved
+ * statistics), then ≥ 3 warm-up runs and ≥ 20 timed ones; prints a table, or one JSON object
+ * when `json`. Returns the exit code. */
+int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
+              const char *pass, bool json);
 
 #endif

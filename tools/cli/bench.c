@@ -1,0 +1,252 @@
+/* The benchmark driver behind `normgrad-cli bench`: times one pass of an op by the profiling
+ * times of its kernels, and measures the device's copy bandwidth in the same run so the result
+ * can be read as a fraction of what the memory system delivers. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB (1024.0 * 1024.0)
+#define WARMUP 3
+#define MIN_REPS 20
+#define MAX_REPS 2000
+#define BUDGET_S 1.5        /* wall time per timed pass, roughly */
+#define FLUSH_BELOW (64 * MIB) /* working sets smaller than this may sit in a GPU's L2 */
+#define FLUSH_BYTES ((size_t)128 << 20)
+#define COPY_BYTES ((size_t)256 << 20)
+#define COPY_REPS 10
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (v is sorted in place). */
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* 16-byte elements so that every device moves full vectors; one element per work-item keeps it
+ * the simplest possible kernel (the figure is a ceiling to compare against, not a tuning
+ * exercise). */
+static const char copy_src[] =
+    "__kernel void ng_bench_copy16(__global const uint4 *src, __global uint4 *dst) {\n"
+    "  size_t i = get_global_id(0);\n"
+    "  dst[i] = src[i];\n"
+    "}\n";
+
+static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, char *err,
+                        size_t errlen) {
+  size_t bytes = COPY_BYTES;
+  if (max_alloc && bytes > max_alloc) bytes = (size_t)max_alloc;
+  bytes = bytes / 4096 * 4096;
+  cl_int e = CL_SUCCESS;
+  cl_program prog = NULL;
+  cl_kernel k = NULL;
+  cl_mem src = NULL, dst = NULL;
+  double t[COPY_REPS];
+  int rc = CLI_DEVICE;
+  src = clCreateBuffer(env->cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &e);
+  if (src) dst = clCreateBuffer(env->cl_ctx, CL_MEM_WRITE_ONLY, bytes, NULL, &e);
+  if (!src || !dst) {
+    snprintf(err, errlen, "copy benchmark: clCreateBuffer(%zu bytes) failed: %d", bytes, e);
+    goto done;
+  }
+  const cl_uint pattern = 0x3f803f80u;
+  e = clEnqueueFillBuffer(env->queue, src, &pattern, sizeof pattern, 0, bytes, 0, NULL, NULL);
+  const char *srcs[] = {copy_src};
+  if (e == CL_SUCCESS) prog = clCreateProgramWithSource(env->cl_ctx, 1, srcs, NULL, &e);
+  if (prog) e = clBuildProgram(prog, 1, &env->device, "", NULL, NULL);
+  if (e == CL_SUCCESS) k = clCreateKernel(prog, "ng_bench_copy16", &e);
+  if (k) e = clSetKernelArg(k, 0, sizeof src, &src);
+  if (e == CL_SUCCESS) e = clSetKernelArg(k, 1, sizeof dst, &dst);
+  if (e != CL_SUCCESS) {
+    snprintf(err, errlen, "copy benchmark: building or setting up the copy kernel failed: %d", e);
+    goto done;
+  }
+  const size_t global = bytes / 16;
+  for (int r = -2; r < COPY_REPS; r++) { /* two untimed warm-up runs */
+    cl_event ev = NULL;
+    cl_ulong a = 0, b = 0;
+    e = clEnqueueNDRangeKernel(env->queue, k, 1, NULL, &global, NULL, 0, NULL, &ev);
+    if (e == CL_SUCCESS) e = clWaitForEvents(1, &ev);
+    if (e == CL_SUCCESS)
+      e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
+    if (e == CL_SUCCESS)
+      e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
+    if (ev) clReleaseEvent(ev);
+    if (e != CL_SUCCESS) {
+      snprintf(err, errlen, "copy benchmark: kernel run or profiling failed: %d", e);
+      goto done;
+    }
+    if (r >= 0) t[r] = (double)(b - a);
+  }
+  const double ns = median(t, COPY_REPS);
+  *gbps = ns > 0 ? 2.0 * (double)bytes / ns : 0.0; /* read + written, bytes per ns = GB/s */
+  rc = CLI_OK;
+done:
+  if (k) clReleaseKernel(k);
+  if (prog) clReleaseProgram(prog);
+  if (src) clReleaseMemObject(src);
+  if (dst) clReleaseMemObject(dst);
+  return rc;
+}
+
+/* One repetition of a case: flush (untimed), then its kernels between profile begin/end. */
+static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, cl_mem flush,
+                           size_t flush_bytes, unsigned rep, double *ns, unsigned *kernels) {
+  if (flush) {
+    const cl_uint pattern = rep * 2654435761u;
+    cl_int e = clEnqueueFillBuffer(env->queue, flush, &pattern, sizeof pattern, 0, flush_bytes,
+                                   0, NULL, NULL);
+    if (e == CL_SUCCESS) e = clFinish(env->queue);
+    if (e != CL_SUCCESS) return e;
+  }
+  ng_status s = ng_profile_begin();
+  if (s != NG_SUCCESS) return s;
+  s = c->run(env, state);
+  cl_ulong t = 0;
+  ng_status s2 = ng_profile_end(&t, kernels);
+  if (s == NG_SUCCESS) s = s2;
+  if (s == NG_SUCCESS && *kernels == 0) s = NG_ERR_INTERNAL; /* the op enqueued nothing */
+  *ns = (double)t;
+  return s;
+}
+
+int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
+              const char *pass, bool json) {
+  char err[1024] = "";
+  cli_device_desc dev;
+  cli_describe_device(env->device, &dev);
+
+  /* The copy ceiling first, so its 512 MiB are gone before the op allocates. */
+  double copy_gbps = 0;
+  int rc = measure_copy(env, dev.max_alloc, &copy_gbps, err, sizeof err);
+  if (rc) return cli_error(rc, "bench: %s", err);
+
+  cli_bench_case cases[4];
+  memset(cases, 0, sizeof cases);
+  int ncases = 0;
+  void *state = NULL;
+  rc = op->bench_setup(env, spec, o, cases, &ncases, &state, err, sizeof err);
+  if (rc) return cli_error(rc, "bench %s: %s", op->name, *err ? err : "setup failed");
+  int which = -1;
+  for (int i = 0; i < ncases; i++)
+    if (!strcmp(cases[i].pass, pass)) which = i;
+  if (which < 0) {
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < ncases && used < sizeof list; i++)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                               cases[i].pass);
+    op->bench_cleanup(state);
+    return cli_error(CLI_USAGE, "bench %s: unknown --pass '%s' (this op has: %s)", op->name,
+                     pass, list);
+  }
+  const cli_bench_case *c = &cases[which];
+
+  cl_mem flush = NULL;
+  size_t flush_bytes = 0;
+  double *t = NULL;
+  unsigned kernels = 0, reps = 0;
+  ng_status s = NG_SUCCESS;
+  for (int i = 0; i < which && s == NG_SUCCESS; i++) { /* a backward needs the forward's stats */
+    s = cases[i].run(env, state);
+    if (s == NG_SUCCESS) s = clFinish(env->queue);
+  }
+  if (s != NG_SUCCESS) goto failed;
+  if (c->bytes < FLUSH_BELOW) {
+    flush_bytes = FLUSH_BYTES;
+    if (dev.max_alloc && flush_bytes > dev.max_alloc) flush_bytes = (size_t)dev.max_alloc / 4 * 4;
+    flush = cli_alloc(env, flush_bytes, err, sizeof err);
+    if (!flush) {
+      rc = CLI_DEVICE;
+      goto out;
+    }
+  }
+  double ns = 0, t0 = now_s();
+  for (unsigned r = 0; r < WARMUP && s == NG_SUCCESS; r++)
+    s = timed_run(env, c, state, flush, flush_bytes, r, &ns, &kernels);
+  if (s != NG_SUCCESS) goto failed;
+  const double per_rep = (now_s() - t0) / WARMUP;
+  reps = per_rep > 0 ? (unsigned)fmin(MAX_REPS, BUDGET_S / per_rep) : MAX_REPS;
+  if (reps < MIN_REPS) reps = MIN_REPS;
+  t = malloc(reps * sizeof *t);
+  if (!t) {
+    rc = cli_error(CLI_DEVICE, "out of host memory");
+    goto out;
+  }
+  for (unsigned r = 0; r < reps && s == NG_SUCCESS; r++)
+    s = timed_run(env, c, state, flush, flush_bytes, WARMUP + r, &t[r], &kernels);
+  if (s != NG_SUCCESS) goto failed;
+
+  {
+    const double med_ns = median(t, reps), gbps = med_ns > 0 ? c->bytes / med_ns : 0;
+    const double ratio = copy_gbps > 0 ? gbps / copy_gbps : 0;
+    const char *dt = ng_dtype_name(spec->dtype);
+    if (json) {
+      cJSON *j = cJSON_CreateObject();
+      bool ok = j != NULL;
+      ok = ok && cJSON_AddStringToObject(j, "op", op->name);
+      ok = ok && cJSON_AddStringToObject(j, "pass", c->pass);
+      ok = ok && cJSON_AddNumberToObject(j, "rows", (double)spec->rows);
+      ok = ok && cJSON_AddNumberToObject(j, "hidden", (double)spec->hidden);
+      ok = ok && cJSON_AddStringToObject(j, "dtype", dt);
+      ok = ok && cJSON_AddBoolToObject(j, "frozen", spec->freeze_weight);
+      ok = ok && cJSON_AddBoolToObject(j, "frozen_bias", spec->freeze_bias);
+      ok = ok && cJSON_AddNumberToObject(j, "bytes", c->bytes);
+      ok = ok && cJSON_AddNumberToObject(j, "median_ms", med_ns * 1e-6);
+      ok = ok && cJSON_AddNumberToObject(j, "min_ms", t[0] * 1e-6);
+      ok = ok && cJSON_AddNumberToObject(j, "max_ms", t[reps - 1] * 1e-6);
+      ok = ok && cJSON_AddNumberToObject(j, "reps", reps);
+      ok = ok && cJSON_AddNumberToObject(j, "kernels", kernels);
+      ok = ok && cJSON_AddNumberToObject(j, "gbps", gbps);
+      ok = ok && cJSON_AddNumberToObject(j, "copy_gbps", copy_gbps);
+      ok = ok && cJSON_AddNumberToObject(j, "ratio", ratio);
+      ok = ok && cJSON_AddBoolToObject(j, "cache_flush", flush != NULL);
+      ok = ok && cJSON_AddStringToObject(j, "device", dev.name);
+      ok = ok && cJSON_AddStringToObject(j, "platform", dev.platform);
+      ok = ok && cJSON_AddStringToObject(j, "driver", dev.driver);
+      char *txt = ok ? cJSON_PrintUnformatted(j) : NULL;
+      cJSON_Delete(j);
+      if (!txt) {
+        rc = cli_error(CLI_DEVICE, "out of host memory");
+        goto out;
+      }
+      printf("%s\n", txt);
+      cJSON_free(txt);
+    } else {
+      printf("%s %s: rows %zu, hidden %zu, %s, weight %s%s\n", op->name, c->pass, spec->rows,
+             spec->hidden, dt, spec->freeze_weight ? "frozen" : "trained",
+             spec->freeze_bias ? ", bias frozen" : "");
+      printf("  device     %s (%s, driver %s)\n", dev.name, dev.platform, dev.driver);
+      printf("  median     %.4f ms  (min %.4f, max %.4f; %u repetitions of %u kernel%s%s)\n",
+             med_ns * 1e-6, t[0] * 1e-6, t[reps - 1] * 1e-6, reps, kernels,
+             kernels == 1 ? "" : "s", flush ? ", caches flushed between" : "");
+      printf("  moved      %.2f MB (every input read once, every output written once)\n",
+             c->bytes / 1e6);
+      printf("  bandwidth  %.2f GB/s = %.2f of copy (%.2f GB/s)\n", gbps, ratio, copy_gbps);
+    }
+  }
+  rc = CLI_OK;
+  goto out;
+failed:
+  rc = cli_fail_status(s, "bench", err, sizeof err);
+  cli_error(rc, "bench %s %s: %s", op->name, c->pass, err);
+out:
+  free(t);
+  if (flush) clReleaseMemObject(flush);
+  op->bench_cleanup(state);
+  return rc;
+}
