@@ -496,28 +496,54 @@ static bool write_entry(const char *dir, const char *name, const unsigned char *
   return ok;
 }
 
+/* The binary of `prog` for the context's device, malloc'ed (NULL when there is none). A program
+ * belongs to every device of its cl_context, so the binaries come as an array over them. */
+static unsigned char *program_binary(const ng_context *ctx, cl_program prog, size_t *len) {
+  cl_uint ndev = 0;
+  if (clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) != CL_SUCCESS ||
+      ndev == 0 || ndev > 1024)
+    return NULL;
+  cl_device_id *devs = calloc(ndev, sizeof *devs);
+  size_t *sizes = calloc(ndev, sizeof *sizes);
+  unsigned char **ptrs = calloc(ndev, sizeof *ptrs);
+  unsigned char *bin = NULL;
+  cl_uint me = ndev;
+  if (devs && sizes && ptrs &&
+      clGetProgramInfo(prog, CL_PROGRAM_DEVICES, ndev * sizeof *devs, devs, NULL) == CL_SUCCESS &&
+      clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ndev * sizeof *sizes, sizes, NULL) ==
+          CL_SUCCESS)
+    for (cl_uint i = 0; i < ndev && me == ndev; i++)
+      if (devs[i] == ctx->device) me = i;
+  if (me < ndev && sizes[me] > 0 && sizes[me] <= MAX_PAYLOAD_BYTES &&
+      (bin = malloc(sizes[me]))) {
+    ptrs[me] = bin; /* NULL entries: the other devices' binaries are not copied */
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ndev * sizeof *ptrs, ptrs, NULL) ==
+        CL_SUCCESS) {
+      *len = sizes[me];
+    } else {
+      free(bin);
+      bin = NULL;
+    }
+  }
+  free(devs);
+  free(sizes);
+  free(ptrs);
+  return bin;
+}
+
 void ng_disk_store(ng_context *ctx, const ng_program_id *id, cl_program prog) {
   uint64_t max_bytes = 0;
   char *dir = snapshot(ctx, &max_bytes);
   if (!dir) return;
   bool ok = false;
   char *key = full_key(ctx, id);
-  cl_uint ndev = 0;
-  size_t len = 0;
-  unsigned char *bin = NULL, *file = NULL;
-  size_t flen = 0;
-  if (key &&
-      clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) == CL_SUCCESS &&
-      ndev == 1 &&
-      clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) == CL_SUCCESS &&
-      len > 0 && len <= MAX_PAYLOAD_BYTES && (bin = malloc(len))) {
-    unsigned char *ptrs[1] = {bin};
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof ptrs, ptrs, NULL) == CL_SUCCESS &&
-        (file = ng_disk_encode(NG_DISK_FORMAT, key, bin, len, &flen))) {
-      char name[32];
-      entry_name(key, name);
-      ok = write_entry(dir, name, file, flen);
-    }
+  size_t len = 0, flen = 0;
+  unsigned char *bin = key ? program_binary(ctx, prog, &len) : NULL;
+  unsigned char *file = bin ? ng_disk_encode(NG_DISK_FORMAT, key, bin, len, &flen) : NULL;
+  if (file) {
+    char name[32];
+    entry_name(key, name);
+    ok = write_entry(dir, name, file, flen);
   }
   pthread_mutex_lock(&ctx->lock);
   if (ok) ctx->disk.stores++;
@@ -643,7 +669,7 @@ ng_status ng_cache_list(const char *dir, ng_cache_visit_fn visit, void *user) {
   }
   closedir(dh);
   if (s == NG_SUCCESS) {
-    qsort(ls, n, sizeof *ls, newer_first);
+    if (n) qsort(ls, n, sizeof *ls, newer_first);
     for (size_t i = 0; i < n; i++)
       if (visit(&ls[i].e, user) != 0) break;
   }

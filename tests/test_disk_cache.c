@@ -441,7 +441,6 @@ static void test_readonly_folder(void **state) {
   static rms_out o;
   char *ro = fresh_dir();
   ng_context *c = ctx_with(ro);
-  c = ctx_with(ro);
   run_ok(c, NG_F32, false, &o);
   ng_context_release(c);
   assert_int_equal(chmod(ro, 0500), 0);
