@@ -28,6 +28,13 @@
 #define WPRIME(w, i, offset) ((floatV)(1.0f))
 #endif
 
+/* y for one vector of x (the casting modes of SPEC.md). */
+inline floatV rms_out(floatV v, float rs, floatV wp, int mode) {
+  if (mode == NG_CAST_GEMMA) return v * rs * wp;
+  if (mode == NG_CAST_NONE && HAS_W) wp = RDX(wp);
+  return RDX(v * rs) * wp;
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_off,
                __global XT *y, ulong y_off, __global float *rstd, ulong rstd_off, uint rows,
@@ -39,10 +46,34 @@ ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_
   y += y_off;
   w += w_off;
   rstd += rstd_off;
+  /* Rows of at most WG·REG vectors are held in registers: all of a work-item's loads are issued
+   * before the first use, and the row is read from memory once. The sums run in the same order
+   * as the streaming loop below, so both paths give the same bits. */
+  const bool cached = nv <= (uint)(WG * REG);
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
     floatV acc = (floatV)(0.0f);
+    if (cached) {
+      floatV xs[REG];
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < REG; k++) acc = fma(xs[k], xs[k], acc);
+      const float ss = ng_wg_sum(ng_hsum(acc), red);
+      float rs = rsqrt(ss / (float)n + eps);
+      if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
+      if (lid == 0) rstd[r] = rs;
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) STX(yr, i, rms_out(xs[k], rs, WPRIME(w, i, offset), mode));
+      }
+      continue;
+    }
     for (uint i = lid; i < nv; i += WG) {
       floatV v = LDX(xr, i);
       acc = fma(v, v, acc);
@@ -51,18 +82,7 @@ ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_
     float rs = rsqrt(ss / (float)n + eps);
     if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
     if (lid == 0) rstd[r] = rs;
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV v = LDX(xr, i);
-      floatV wp = WPRIME(w, i, offset);
-      floatV out;
-      if (mode == NG_CAST_GEMMA) {
-        out = v * rs * wp;
-      } else {
-        if (mode == NG_CAST_NONE && HAS_W) wp = RDX(wp);
-        out = RDX(v * rs) * wp;
-      }
-      STX(yr, i, out);
-    }
+    for (uint i = lid; i < nv; i += WG) STX(yr, i, rms_out(LDX(xr, i), rs, WPRIME(w, i, offset), mode));
   }
 }
 
@@ -83,8 +103,8 @@ ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong 
   w += w_off;
   rstd += rstd_off;
   dx += dx_off;
+  const bool in_regs = nv <= (uint)(WG * REG); /* the row (and its dW sums) fit in registers */
 #if COMPUTE_DW
-  const bool in_regs = nv <= (uint)(WG * REG);
   floatV dwr[REG];
 #pragma unroll
   for (int k = 0; k < REG; k++) dwr[k] = (floatV)(0.0f);
@@ -102,28 +122,41 @@ ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong 
     __global XT *dxr = dx + (ulong)r * n;
     const float rs = rstd[r];
     floatV acc = (floatV)(0.0f);
+    if (in_regs) {
+      floatV dys[REG], xs[REG];
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
+        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) acc = fma(dys[k] * WPRIME(w, i, offset), xs[k], acc);
+      }
+      const float dot = ng_wg_sum(ng_hsum(acc), red);
+      const float c = (rs * rs * rs) * (dot / (float)n);
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) {
+          STX(dxr, i, rs * (dys[k] * WPRIME(w, i, offset)) - c * xs[k]);
+#if COMPUTE_DW
+          floatV xh = xs[k] * rs;
+          if (mode == NG_CAST_LLAMA) xh = RDX(xh);
+          dwr[k] = fma(dys[k], xh, dwr[k]);
+#endif
+        }
+      }
+      continue;
+    }
     for (uint i = lid; i < nv; i += WG) {
       const floatV m = LDX(dyr, i) * WPRIME(w, i, offset);
       acc = fma(m, LDX(xr, i), acc);
     }
     const float dot = ng_wg_sum(ng_hsum(acc), red);
     const float c = (rs * rs * rs) * (dot / (float)n);
-#if COMPUTE_DW
-    if (in_regs) {
-#pragma unroll
-      for (int k = 0; k < REG; k++) {
-        const uint i = lid + (uint)k * WG;
-        if (i < nv) {
-          const floatV d = LDX(dyr, i), xv = LDX(xr, i);
-          STX(dxr, i, rs * (d * WPRIME(w, i, offset)) - c * xv);
-          floatV xh = xv * rs;
-          if (mode == NG_CAST_LLAMA) xh = RDX(xh);
-          dwr[k] = fma(d, xh, dwr[k]);
-        }
-      }
-      continue;
-    }
-#endif
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), xv = LDX(xr, i);
       STX(dxr, i, rs * (d * WPRIME(w, i, offset)) - c * xv);

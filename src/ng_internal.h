@@ -160,6 +160,10 @@ ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, siz
 /* Record an event of an enqueued command for ng_profile_* when this thread is profiling
  * (retains it). Call with the event of every enqueue the library makes outside ng_enqueue. */
 void ng_profile_record(cl_event ev);
+/* Record a span that ends with `to` and starts when `from` ended (a small command enqueued just
+ * before one that runs several kernels of its own, like a CLBlast GEMM, whose event is only that
+ * of its last kernel). Counts as one entry. */
+void ng_profile_record_span(cl_event from, cl_event to);
 bool ng_profile_active(void);
 
 /* Scratch: use the caller's buffer when given, else allocate one (released by ng_scratch_done
@@ -180,7 +184,7 @@ typedef struct ng_row_launch {
   unsigned reg_cols; /* vector slots per work-item held in registers */
   bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
 } ng_row_launch;
-/* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG. */
+/* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
 /* The same from dtypes alone (variant enumeration has no tensors): has_w false = no weight. */
 void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool has_w,
@@ -193,7 +197,7 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
  * program first, with the op's other programs, so a build failure enqueues nothing. */
 ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog);
 /* The options ng_reduce_program builds with (for variant enumeration). */
-void ng_reduce_opts(ng_opts *o, ng_dtype out_dtype);
+void ng_reduce_opts(ng_opts *o, const ng_context *ctx, ng_dtype out_dtype);
 ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog, cl_mem part,
                                      size_t part_off, unsigned groups, size_t n, ng_tensor out,
                                      bool accumulate, cl_uint nwait, const cl_event *wait,

@@ -1,22 +1,33 @@
 /* The shared last pass of parameter-gradient reductions (cl/reduce.cl). */
 #include "ng_internal.h"
 
-void ng_reduce_opts(ng_opts *o, ng_dtype out_dtype) {
+/* Row slices per work-group: 1 on CPUs, else enough to fill the work-group with 64 columns. */
+static unsigned reduce_slices(const ng_context *ctx) {
+  if (ctx->info.type & CL_DEVICE_TYPE_CPU) return 1;
+  unsigned rs = 1;
+  while (rs * 2 * 64 <= ctx->info.max_wg && rs * 2 <= 16) rs *= 2;
+  return rs;
+}
+
+void ng_reduce_opts(ng_opts *o, const ng_context *ctx, ng_dtype out_dtype) {
   ng_opts_init(o);
   ng_opts_add(o, "W_DTYPE", out_dtype);
+  ng_opts_add(o, "RS", reduce_slices(ctx));
+  ng_opts_add(o, "CW", 64);
 }
 
 ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog) {
   ng_opts o;
-  ng_reduce_opts(&o, out_dtype);
+  ng_reduce_opts(&o, ctx, out_dtype);
   return ng_get_program(ctx, "reduce", &o, prog);
 }
 
 ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog,
                                      cl_mem part, size_t part_off, unsigned groups, size_t n,
                                      ng_tensor out, bool accumulate, cl_uint nwait,
-                                     const cl_event *wait, cl_event *event) {  const size_t local = ctx->info.max_wg >= 64 ? 64 : ctx->info.max_wg;
-  const size_t global = (n + local - 1) / local * local;
+                                     const cl_event *wait, cl_event *event) {
+  const size_t local = 64 * (size_t)reduce_slices(ctx);
+  const size_t global = (n + 63) / 64 * local;
   cl_ulong poff = part_off, ooff = out.offset;
   cl_uint g = groups, nn = (cl_uint)n;
   cl_int acc = accumulate ? 1 : 0;

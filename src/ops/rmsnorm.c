@@ -31,7 +31,6 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, has_w, wd);
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
-  if (compute_dw) ng_opts_add(o, "REG", l->reg_cols);
 }
 
 ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
@@ -79,9 +78,11 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  /* The group count does not depend on alignment, so the vector choice does not matter here. */
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
-  if (ng_mul_overflows((size_t)l.groups * 4, p->n, bytes))
+  /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
+  const ng_row_launch l8 = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
+  const ng_row_launch l1 = ng_choose_row_launch(ctx, p->rows, p->n, false, true);
+  const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
+  if (ng_mul_overflows(groups * 4, p->n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
   return NG_SUCCESS;
 }
@@ -111,13 +112,12 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
   if (s != NG_SUCCESS) return s;
 
-  size_t scratch_bytes = 0;
-  s = ng_rmsnorm_backward_scratch_size(ctx, p, compute_dw, &scratch_bytes);
-  if (s != NG_SUCCESS) return s;
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, true);
+  /* a frozen backward keeps no partials, so it may use the forward's larger grid */
+  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, compute_dw);
+  const size_t scratch_bytes = compute_dw ? (size_t)l.groups * 4 * p->n : 0;
   ng_opts o;
   bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw);
   cl_program prog, rprog = NULL;
@@ -147,31 +147,31 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
 }
 
 /* Every program the two calls above can pick on this device: x dtype × (no weight, or a weight
- * of each dtype) × the vector widths the launch choice allows × frozen or not, and the dweight
- * reductions. Shapes only change the group count, which is a kernel argument. */
+ * of each dtype) × forward / frozen backward / backward with dW × each launch shape the device
+ * can get (vector width 8 or 1; on GPUs the work-group size grows with the row length, so row
+ * lengths of every power of two are asked for), and the dweight reductions. Other shape effects
+ * (the group count) are kernel arguments. Duplicates are left to the caller. */
 ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
   static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
   ng_status s = NG_SUCCESS;
-  for (int bwd = 0; bwd < 2; bwd++)
-    for (int aligned = 1; aligned >= 0; aligned--) {
-      const ng_row_launch l = ng_choose_row_launch(ctx, 1u << 20, 4096, aligned != 0, bwd != 0);
-      if (!aligned && l.vec == ng_choose_row_launch(ctx, 1u << 20, 4096, true, bwd != 0).vec)
-        continue; /* the launch never vectorises here: the unaligned case is the same program */
-      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
-        for (int wi = -1; wi < (int)NG_ARRAY_LEN(fl); wi++)
-          for (int dw = 0; dw <= bwd; dw++) {
-            const bool has_w = wi >= 0;
-            if (dw && !has_w) continue; /* no weight, nothing to train */
-            ng_opts o;
+  for (int pass = 0; pass < 3; pass++) /* forward, frozen backward, backward with dW */
+    for (int aligned = 1; aligned >= 0; aligned--)
+      for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
+        const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                                     pass == 2);
+        for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+          for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
+            const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
-            if (bwd) bwd_opts(&o, &l, fl[xi], has_w, wd, dw != 0);
-            else fwd_opts(&o, &l, fl[xi], has_w, wd);
+            ng_opts o;
+            if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd);
+            else bwd_opts(&o, &l, fl[xi], has_w, wd, pass == 2);
             if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
           }
-    }
+      }
   for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
     ng_opts o;
-    ng_reduce_opts(&o, fl[wi]);
+    ng_reduce_opts(&o, ctx, fl[wi]);
     s = fn(ctx, "reduce", &o, user);
   }
   return s;

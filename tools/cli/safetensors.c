@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +445,57 @@ static int write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
+/* While a temporary exists, SIGINT/SIGTERM/SIGHUP remove it before the process goes on to
+ * whatever it did before (the OpenCL runtime may have its own handlers: they are chained), so an
+ * interrupted run leaves nothing behind either. */
+static char sig_tmp_path[4096];
+static volatile sig_atomic_t sig_tmp_active;
+static const int sig_list[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction sig_saved[3];
+static bool sig_installed[3];
+
+static void on_signal(int sig, siginfo_t *info, void *uc) {
+  if (sig_tmp_active) unlink(sig_tmp_path);
+  sig_tmp_active = 0;
+  for (int i = 0; i < 3; i++) {
+    if (sig_list[i] != sig) continue;
+    const struct sigaction *prev = &sig_saved[i];
+    if (prev->sa_flags & SA_SIGINFO) {
+      if (prev->sa_sigaction) prev->sa_sigaction(sig, info, uc);
+    } else if (prev->sa_handler == SIG_DFL) {
+      signal(sig, SIG_DFL);
+      raise(sig); /* delivered when this handler returns */
+    } else if (prev->sa_handler != SIG_IGN) {
+      prev->sa_handler(sig);
+    }
+  }
+}
+
+static void guard_install(void) {
+  for (int i = 0; i < 3; i++) {
+    struct sigaction old, sa;
+    sig_installed[i] = false;
+    if (sigaction(sig_list[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig_list[i], &sa, &sig_saved[i]) == 0) sig_installed[i] = true;
+  }
+}
+
+static void guard_path(const char *tmp) {
+  if (strlen(tmp) >= sizeof sig_tmp_path) return;
+  strcpy(sig_tmp_path, tmp);
+  sig_tmp_active = 1;
+}
+
+static void guard_remove(void) {
+  sig_tmp_active = 0;
+  for (int i = 0; i < 3; i++)
+    if (sig_installed[i]) sigaction(sig_list[i], &sig_saved[i], NULL);
+}
+
 int cli_st_write(const char *path, const cli_tensors *ts, const char *const *meta, char *err,
                  size_t errlen) {
   char *h = NULL;
@@ -476,8 +528,11 @@ int cli_st_write(const char *path, const cli_tensors *ts, const char *const *met
   }
   snprintf(tmpl, tl, "%s/.%s.tmp-XXXXXX", dir, base);
 
+  guard_install();
   int fd = mkstemp(tmpl);
+  if (fd >= 0) guard_path(tmpl);
   if (fd < 0) {
+    guard_remove();
     rc = fail(err, errlen, "cannot create a temporary file in '%s' for '%s': %s", dir, path,
               strerror(errno));
     goto out;
@@ -501,8 +556,9 @@ int cli_st_write(const char *path, const cli_tensors *ts, const char *const *met
     ok = false;
     saved = errno;
   }
+  if (!ok) unlink(tmpl);
+  guard_remove();
   if (!ok) {
-    unlink(tmpl);
     rc = fail(err, errlen, "cannot write '%s': %s", path, strerror(saved));
     goto out;
   }

@@ -1,0 +1,953 @@
+/* normgrad-cli end to end: runs the real binary (NORMGRAD_CLI) with posix_spawn, no shell.
+ *  - rmsnorm results against the double-precision reference (bf16 and f32, casting modes,
+ *    offset, no weight, frozen weight with bit-identical dx, the committed example file);
+ *  - every malformed-file case of the safetensors reader, and every usage error (unknown op or
+ *    option, missing --in, bad numbers, wrong dtype or shape, missing tensor, unknown device),
+ *    each with its exit code, a message naming the problem, and no output file or temporary
+ *    left behind; a device failure (no OpenCL platform) gives 3;
+ *  - bench --json is one JSON object with the documented fields; help, version, devices,
+ *    inspect;
+ *  - the reader directly on malformed buffers, every truncation of a valid file, and writer
+ *    round trips. */
+#include "cli.h"
+#include "ng_test.h"
+#include "ref_norms.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char *cli_path;
+static char base_dir[256]; /* per-process scratch: in/, out/, logs/ */
+static char in_dir[300], out_dir[300], log_dir[300];
+
+/* ---- files and processes ----------------------------------------------------------------------- */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  assert_non_null(s);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = '\0';
+  fclose(f);
+  return s;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+static bool exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* Names in dir other than . and .. */
+static size_t dir_entries(const char *dir, char *first, size_t len) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  size_t n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (n++ == 0 && first) snprintf(first, len, "%s", e->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
+static void clear_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  char p[600];
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (unlink(p) != 0) rmdir(p);
+  }
+  closedir(d);
+}
+
+typedef struct proc {
+  int code;
+  char *out, *err;
+} proc;
+
+static void proc_free(proc *p) {
+  free(p->out);
+  free(p->err);
+}
+
+/* Run normgrad-cli with args (NULL-terminated) and extra "NAME=value" environment entries
+ * (NULL-terminated, may be NULL; a later entry overrides the inherited one). */
+static proc run_cli_env(const char *const *args, const char *const *extra_env) {
+  const char *argv[64];
+  size_t n = 0;
+  argv[n++] = cli_path;
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+
+  size_t ne = 0, nx = 0;
+  while (environ[ne]) ne++;
+  while (extra_env && extra_env[nx]) nx++;
+  char **envp = calloc(ne + nx + 1, sizeof *envp);
+  assert_non_null(envp);
+  size_t k = 0;
+  for (size_t i = 0; i < ne; i++) {
+    bool overridden = false;
+    for (size_t j = 0; j < nx && !overridden; j++) {
+      const char *eq = strchr(extra_env[j], '=');
+      size_t l = (size_t)(eq - extra_env[j]) + 1;
+      overridden = strncmp(environ[i], extra_env[j], l) == 0;
+    }
+    if (!overridden) envp[k++] = environ[i];
+  }
+  for (size_t j = 0; j < nx; j++) envp[k++] = (char *)extra_env[j];
+  envp[k] = NULL;
+
+  char out_path[400], err_path[400];
+  snprintf(out_path, sizeof out_path, "%s/stdout", log_dir);
+  snprintf(err_path, sizeof err_path, "%s/stderr", log_dir);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  int e = posix_spawn(&pid, cli_path, &fa, NULL, (char *const *)argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  free(envp);
+  if (e != 0) fail_msg("posix_spawn(%s) failed: %s", cli_path, strerror(e));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  proc p;
+  p.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  p.out = read_text(out_path);
+  p.err = read_text(err_path);
+  return p;
+}
+
+static proc run_cli(const char *const *args) { return run_cli_env(args, NULL); }
+
+static bool contains_nocase(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  for (; *hay; hay++)
+    if (strncasecmp(hay, needle, n) == 0) return true;
+  return false;
+}
+
+static void describe_args(const char *const *args, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (; *args && used < len; args++)
+    used += (size_t)snprintf(buf + used, len - used, "%s ", *args);
+}
+
+/* The run must fail with `code`, say `needle` on stderr, and leave out/ empty. */
+static void expect_failure_env(const char *const *args, const char *const *env, int code,
+                               const char *needle) {
+  clear_dir(out_dir);
+  proc p = run_cli_env(args, env);
+  char what[1024], left[256] = "";
+  describe_args(args, what, sizeof what);
+  if (p.code != code)
+    fail_msg("`%s` exited %d, expected %d; stderr: %s", what, p.code, code, p.err);
+  if (!contains_nocase(p.err, needle))
+    fail_msg("`%s`: stderr does not mention '%s': %s", what, needle, p.err);
+  if (!contains_nocase(p.err, "normgrad-cli:"))
+    fail_msg("`%s`: stderr lacks the tool's prefix: %s", what, p.err);
+  for (const char *const *a = args; *a; a++)
+    if (!strcmp(*a, "--out") && a[1] && exists(a[1]))
+      fail_msg("`%s` created its output %s", what, a[1]);
+  if (dir_entries(out_dir, left, sizeof left) != 0)
+    fail_msg("`%s` left '%s' in the output directory", what, left);
+  proc_free(&p);
+}
+static void expect_failure(const char *const *args, int code, const char *needle) {
+  expect_failure_env(args, NULL, code, needle);
+}
+
+static char *path_in(const char *dir, const char *name) {
+  static char bufs[8][600];
+  static int k;
+  char *b = bufs[k++ % 8];
+  snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+  return b;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------------ */
+static void add_floats(cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
+                       const int64_t *shape, const float *v) {
+  assert_int_equal(cli_tensors_add(ts, name, dt, ndim, shape, NULL), 0);
+  cli_tensor *t = &ts->items[ts->count - 1];
+  cli_pack_floats(dt, v, t->data, cli_tensor_numel(t));
+}
+
+static void write_input(const char *path, const cli_tensors *ts) {
+  char err[512];
+  if (cli_st_write(path, ts, NULL, err, sizeof err) != CLI_OK) fail_msg("write input: %s", err);
+}
+
+static float *floats_of(const cli_tensor *t) {
+  size_t n = cli_tensor_numel(t);
+  float *v = malloc((n ? n : 1) * sizeof *v);
+  assert_non_null(v);
+  for (size_t i = 0; i < n; i++) v[i] = (float)cli_tensor_get(t, i);
+  return v;
+}
+
+static const cli_tensor *need(const cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
+                              const int64_t *shape) {
+  const cli_tensor *t = cli_tensors_find(ts, name);
+  if (!t) fail_msg("output lacks '%s'", name);
+  if (t->dtype != dt)
+    fail_msg("output '%s' has dtype %s, expected %s", name, cli_st_dtype_name(t->dtype),
+             cli_st_dtype_name(dt));
+  assert_int_equal(t->ndim, ndim);
+  for (int d = 0; d < ndim; d++) assert_int_equal(t->shape[d], shape[d]);
+  return t;
+}
+
+static void read_output(const char *path, cli_tensors *ts) {
+  char err[512];
+  if (cli_st_read(path, ts, err, sizeof err) != CLI_OK) fail_msg("reading %s: %s", path, err);
+}
+
+/* ---- rmsnorm against the reference ---------------------------------------------------------- */
+typedef struct rms_run {
+  int ndim;
+  int64_t shape[4];
+  ng_dtype xd;
+  int wd;  /* -1: no weight */
+  bool dy; /* with a backward */
+  const char *mode;
+  float offset, eps;
+  bool freeze;
+  uint64_t seed;
+} rms_run;
+
+static ng_casting_mode mode_of(const char *m) {
+  return !strcmp(m, "gemma") ? NG_CAST_GEMMA : !strcmp(m, "none") ? NG_CAST_NONE : NG_CAST_LLAMA;
+}
+
+/* Check a run's outputs against the reference; returns dx (as floats) for bit comparisons. */
+static float *check_rmsnorm(const cli_tensors *in, const cli_tensors *out, const char *mode,
+                            float offset, float eps, bool freeze, const char *label) {
+  const cli_tensor *x = cli_tensors_find(in, "x"), *w = cli_tensors_find(in, "weight");
+  const cli_tensor *dy = cli_tensors_find(in, "dy");
+  const size_t n = (size_t)x->shape[x->ndim - 1], cnt = cli_tensor_numel(x), rows = cnt / n;
+  int sdim;
+  int64_t sshape[CLI_MAX_DIMS];
+  cli_rows_shape(x, &sdim, sshape);
+  size_t expect_count = 2 + (dy ? 1 : 0) + (dy && w && !freeze ? 1 : 0);
+  if (out->count != expect_count)
+    fail_msg("%s: %zu output tensors, expected %zu", label, out->count, expect_count);
+  const cli_tensor *y = need(out, "y", x->dtype, x->ndim, x->shape);
+  const cli_tensor *rs = need(out, "rstd", NG_F32, sdim, sshape);
+
+  float *xv = floats_of(x), *wv = w ? floats_of(w) : NULL, *yv = floats_of(y);
+  float *rv = floats_of(rs);
+  ref_rmsnorm rp = {rows, n, eps, offset, mode_of(mode), x->dtype, w ? w->dtype : NG_F32, wv};
+  double *yref = malloc(cnt * sizeof(double));
+  float *rref = malloc(rows * sizeof(float));
+  double *rd = malloc(rows * sizeof(double));
+  assert_true(yref && rref && rd);
+  ref_rmsnorm_forward(&rp, xv, yref, rref);
+  char what[300];
+  snprintf(what, sizeof what, "y [%s]", label);
+  ng_tol yt = ng_tol_for(x->dtype, yref, cnt, 1e-6);
+  if (rp.mode != NG_CAST_GEMMA) yt.rtol *= 2;
+  NG_ASSERT_CLOSE(what, yv, yref, cnt, yt);
+  for (size_t r = 0; r < rows; r++) rd[r] = rref[r];
+  snprintf(what, sizeof what, "rstd [%s]", label);
+  const double sum_rel = 1e-6 + 2e-7 * sqrt((double)n);
+  ng_tol rt = {rp.mode == NG_CAST_NONE ? fmax(ng_tol_for(x->dtype, rd, 0, 0).rtol, sum_rel)
+                                       : sum_rel,
+               0};
+  NG_ASSERT_CLOSE(what, rv, rd, rows, rt);
+
+  float *dxv = NULL;
+  if (dy) {
+    const cli_tensor *dx = need(out, "dx", x->dtype, x->ndim, x->shape);
+    float *dyv = floats_of(dy);
+    dxv = floats_of(dx);
+    double *dxref = malloc(cnt * sizeof(double)), *dwref = malloc(n * sizeof(double));
+    double *dwscale = malloc(n * sizeof(double)), dxscale = 0;
+    assert_true(dxref && dwref && dwscale);
+    /* the backward reference gets the rstd the tool saved, as the tool's backward did */
+    ref_rmsnorm_backward(&rp, dyv, xv, rv, dxref, dwref, NULL, dwscale, &dxscale);
+    snprintf(what, sizeof what, "dx [%s]", label);
+    ng_tol dxt = ng_tol_for(x->dtype, dxref, cnt, 0);
+    dxt.atol += 4e-6 * dxscale;
+    NG_ASSERT_CLOSE(what, dxv, dxref, cnt, dxt);
+    if (w && !freeze) {
+      const cli_tensor *dw = need(out, "dweight", w->dtype, 1, w->shape);
+      float *dwv = floats_of(dw);
+      double mx = 0;
+      for (size_t j = 0; j < n; j++) mx = fmax(mx, dwscale[j]);
+      ng_tol t = ng_tol_for(w->dtype, dwref, n, 0);
+      t.atol = 2e-6 * mx * (1 + sqrt((double)rows) * 0.1);
+      if (rp.mode == NG_CAST_LLAMA && x->dtype != NG_F32) t.atol += mx / 256 / sqrt((double)rows);
+      snprintf(what, sizeof what, "dweight [%s]", label);
+      NG_ASSERT_CLOSE(what, dwv, dwref, n, t);
+      free(dwv);
+    } else if (cli_tensors_find(out, "dweight")) {
+      fail_msg("%s: dweight present although the weight is frozen or absent", label);
+    }
+    free(dyv), free(dxref), free(dwref), free(dwscale);
+  }
+  free(xv), free(wv), free(yv), free(rv), free(yref), free(rref), free(rd);
+  return dxv;
+}
+
+/* Writes the input, runs the CLI, checks against the reference; returns dx (or NULL). */
+static float *do_rms_run(const rms_run *c, const char *label) {
+  ng_rng rng;
+  ng_rng_seed(&rng, c->seed);
+  cli_tensors in = {0}, out = {0};
+  size_t cnt = 1;
+  for (int d = 0; d < c->ndim; d++) cnt *= (size_t)c->shape[d];
+  const int64_t n = c->shape[c->ndim - 1];
+  float *x = ng_test_random(&rng, c->xd, cnt, 0.3, 1.5);
+  add_floats(&in, "x", c->xd, c->ndim, c->shape, x);
+  if (c->wd >= 0) {
+    float *w = ng_test_random(&rng, (ng_dtype)c->wd, (size_t)n, c->offset != 0 ? 0.0 : 1.0, 0.5);
+    add_floats(&in, "weight", (ng_dtype)c->wd, 1, &n, w);
+    free(w);
+  }
+  if (c->dy) {
+    float *dy = ng_test_random(&rng, c->xd, cnt, 0.0, 1.0);
+    add_floats(&in, "dy", c->xd, c->ndim, c->shape, dy);
+    free(dy);
+  }
+  free(x);
+  char *inp = path_in(in_dir, "in.safetensors"), *outp = path_in(out_dir, "out.safetensors");
+  clear_dir(out_dir);
+  write_input(inp, &in);
+  char eps[32], off[32];
+  snprintf(eps, sizeof eps, "%.9g", (double)c->eps);
+  snprintf(off, sizeof off, "%.9g", (double)c->offset);
+  const char *args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, "--casting-mode", c->mode,
+                        "--eps", eps, "--offset", off, c->freeze ? "--freeze-weight" : NULL,
+                        NULL};
+  proc p = run_cli(args);
+  if (p.code != 0) fail_msg("%s: exit %d: %s", label, p.code, p.err);
+  assert_true(contains_nocase(p.out, "wrote"));
+  proc_free(&p);
+  read_output(outp, &out);
+  /* exactly the output file, nothing else (no temporaries) */
+  assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
+  float *dx = check_rmsnorm(&in, &out, c->mode, c->offset, c->eps, c->freeze, label);
+  cli_tensors_free(&in);
+  cli_tensors_free(&out);
+  return dx;
+}
+
+static void test_rmsnorm_bf16_gemma(void **state) {
+  (void)state;
+  /* rank 3, odd N (scalar path), Gemma-style offset 1 */
+  rms_run c = {3, {3, 5, 41, 0}, NG_BF16, NG_F32, true, "gemma", 1.0f, 1e-5f, false, 11};
+  float *dx = do_rms_run(&c, "bf16 gemma offset 1");
+  c.freeze = true;
+  float *dx_frozen = do_rms_run(&c, "bf16 gemma offset 1 frozen");
+  /* same inputs (same seed): the frozen run's dx is bit-identical */
+  if (memcmp(dx, dx_frozen, 3 * 5 * 41 * sizeof(float)) != 0)
+    fail_msg("dx differs between --freeze-weight and the trained run");
+  free(dx), free(dx_frozen);
+}
+
+static void test_rmsnorm_f32_none(void **state) {
+  (void)state;
+  rms_run c = {2, {16, 64, 0, 0}, NG_F32, NG_BF16, true, "none", 0.5f, 1e-6f, false, 12};
+  free(do_rms_run(&c, "f32 none offset 0.5, bf16 weight"));
+  rms_run l = {2, {9, 136, 0, 0}, NG_F16, NG_F16, true, "llama", 0.0f, 1e-6f, false, 13};
+  free(do_rms_run(&l, "f16 llama"));
+}
+
+static void test_rmsnorm_no_weight(void **state) {
+  (void)state;
+  /* 1-D x: rstd is [1]; no weight, no dy: only y and rstd */
+  rms_run c = {1, {300, 0, 0, 0}, NG_F16, -1, false, "llama", 0.0f, 1e-6f, false, 14};
+  free(do_rms_run(&c, "1-D f16, no weight"));
+  rms_run d = {2, {4, 24, 0, 0}, NG_BF16, -1, true, "llama", 0.0f, 1e-6f, false, 15};
+  free(do_rms_run(&d, "bf16 no weight with dy"));
+}
+
+/* The committed example runs with no Python and gives the reference's answer. */
+static void test_example_file(void **state) {
+  (void)state;
+  const char *data = getenv("NORMGRAD_TEST_DATA");
+  if (!data) fail_msg("NORMGRAD_TEST_DATA is not set (run through CTest)");
+  char inp[600];
+  snprintf(inp, sizeof inp, "%s/rmsnorm_example.safetensors", data);
+  char *outp = path_in(out_dir, "example_out.safetensors");
+  clear_dir(out_dir);
+  const char *args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, NULL};
+  proc p = run_cli(args);
+  if (p.code != 0) fail_msg("example: exit %d: %s", p.code, p.err);
+  proc_free(&p);
+  cli_tensors in = {0}, out = {0};
+  read_output(inp, &in);
+  read_output(outp, &out);
+  const int64_t xs[2] = {8, 256}, ws[1] = {256};
+  need(&in, "x", NG_BF16, 2, xs);
+  need(&in, "weight", NG_F32, 1, ws);
+  need(&in, "dy", NG_BF16, 2, xs);
+  free(check_rmsnorm(&in, &out, "llama", 0.0f, 1e-6f, false, "example file"));
+
+  const char *ins[] = {"inspect", outp, NULL};
+  p = run_cli(ins);
+  assert_int_equal(p.code, 0);
+  const char *want[] = {"y", "rstd", "dx", "dweight", "BF16", "F32", "[8, 256]", "[8]", "mean"};
+  for (size_t i = 0; i < NG_ARRAY_LEN(want); i++)
+    if (!strstr(p.out, want[i])) fail_msg("inspect output lacks '%s':\n%s", want[i], p.out);
+  proc_free(&p);
+  cli_tensors_free(&in);
+  cli_tensors_free(&out);
+}
+
+/* A successful run replaces an existing output; a failed one leaves it untouched. */
+static void test_output_replacement(void **state) {
+  (void)state;
+  clear_dir(out_dir);
+  char *outp = path_in(out_dir, "keep.safetensors");
+  write_bytes(outp, "old contents", 12);
+  char *bad = path_in(in_dir, "bad.safetensors");
+  write_bytes(bad, "short", 5);
+  const char *fail_args[] = {"run", "rmsnorm", "--in", bad, "--out", outp, NULL};
+  proc p = run_cli(fail_args);
+  assert_int_equal(p.code, 2);
+  proc_free(&p);
+  char *txt = read_text(outp);
+  assert_string_equal(txt, "old contents");
+  free(txt);
+  assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
+
+  const char *data = getenv("NORMGRAD_TEST_DATA");
+  char inp[600];
+  snprintf(inp, sizeof inp, "%s/rmsnorm_example.safetensors", data ? data : ".");
+  const char *ok_args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, "--freeze-weight", NULL};
+  p = run_cli(ok_args);
+  if (p.code != 0) fail_msg("exit %d: %s", p.code, p.err);
+  proc_free(&p);
+  cli_tensors out = {0};
+  read_output(outp, &out);
+  assert_int_equal(out.count, 3);
+  assert_null(cli_tensors_find(&out, "dweight"));
+  assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
+  cli_tensors_free(&out);
+}
+
+/* ---- malformed files ------------------------------------------------------------------------------ */
+typedef struct bad_file {
+  const char *label;
+  const char *json; /* NULL: raw bytes below */
+  size_t data_len;  /* zero bytes appended after the header */
+  uint64_t hlen_override; /* 0: the JSON's length */
+  const char *raw;
+  size_t raw_len;
+  const char *needle;
+} bad_file;
+
+static const bad_file bad_files[] = {
+    {"short file", NULL, 0, 0, "abcde", 5, "shorter than the 8-byte"},
+    {"empty file", NULL, 0, 0, "", 0, "shorter than the 8-byte"},
+    {"header length past end", "{}", 0, 1000, NULL, 0, "past the end of the file"},
+    {"absurd header length", "{}", 0, (uint64_t)1 << 60, NULL, 0, "absurdly large"},
+    {"invalid JSON", "{\"x\": {\"dtype\": \"F32\",", 0, 0, NULL, 0, "not valid JSON"},
+    {"trailing data", "{} xy", 0, 0, NULL, 0, "not valid JSON"},
+    {"not an object", "[1, 2]", 0, 0, NULL, 0, "not a JSON object"},
+    {"entry not an object", "{\"x\": 5}", 0, 0, NULL, 0, "entry 'x' is not a JSON object"},
+    {"unknown dtype", "{\"x\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, 0,
+     NULL, 0, "unsupported dtype 'F64'"},
+    {"missing dtype", "{\"x\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0, NULL, 0,
+     "\"dtype\""},
+    {"negative dim", "{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, 0,
+     NULL, 0, "shape entry 0 is not a non-negative integer"},
+    {"fractional dim", "{\"x\":{\"dtype\":\"F32\",\"shape\":[4, 2.5],\"data_offsets\":[0,8]}}", 8,
+     0, NULL, 0, "shape entry 1 is not a non-negative integer"},
+    {"shape not an array", "{\"x\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8, 0,
+     NULL, 0, "\"shape\""},
+    {"too many dims",
+     "{\"x\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, 0,
+     NULL, 0, "9 dims"},
+    {"offsets not a pair", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, 0,
+     NULL, 0, "data_offsets"},
+    {"offsets not integers",
+     "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,\"8\"]}}", 8, 0, NULL, 0,
+     "data_offsets"},
+    {"end before begin", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, 0,
+     NULL, 0, "end before begin"},
+    {"size mismatch", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", 12, 0,
+     NULL, 0, "need 8 bytes"},
+    {"size overflow",
+     "{\"x\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,8]}}",
+     8, 0, NULL, 0, "overflows"},
+    {"outside the data", "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, 0,
+     NULL, 0, "outside the data section"},
+    {"overlap",
+     "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+     12, 0, NULL, 0, "overlap"},
+    {"duplicate name",
+     "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+     16, 0, NULL, 0, "duplicate tensor name 'x'"},
+    {"metadata not strings",
+     "{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+     8, 0, NULL, 0, "__metadata__"},
+};
+
+static void make_bad(const bad_file *b, void **buf, size_t *len) {
+  if (!b->json) {
+    *buf = malloc(b->raw_len + 1);
+    assert_non_null(*buf);
+    memcpy(*buf, b->raw, b->raw_len);
+    *len = b->raw_len;
+    return;
+  }
+  size_t jl = strlen(b->json);
+  uint64_t h = b->hlen_override ? b->hlen_override : jl;
+  *len = 8 + jl + b->data_len;
+  unsigned char *p = calloc(1, *len);
+  assert_non_null(p);
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(h >> (8 * i));
+  memcpy(p + 8, b->json, jl);
+  *buf = p;
+}
+
+static void test_malformed_files_cli(void **state) {
+  (void)state;
+  char *inp = path_in(in_dir, "bad.safetensors"), *outp = path_in(out_dir, "out.safetensors");
+  for (size_t i = 0; i < NG_ARRAY_LEN(bad_files); i++) {
+    void *buf;
+    size_t len;
+    make_bad(&bad_files[i], &buf, &len);
+    write_bytes(inp, buf, len);
+    free(buf);
+    const char *args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, NULL};
+    expect_failure(args, 2, bad_files[i].needle);
+    const char *ins[] = {"inspect", inp, NULL};
+    expect_failure(ins, 2, bad_files[i].needle);
+  }
+}
+
+static void test_malformed_buffers(void **state) {
+  (void)state;
+  for (size_t i = 0; i < NG_ARRAY_LEN(bad_files); i++) {
+    void *buf;
+    size_t len;
+    make_bad(&bad_files[i], &buf, &len);
+    cli_tensors ts = {0};
+    char err[512] = "";
+    int rc = cli_st_parse(buf, len, &ts, err, sizeof err);
+    if (rc != CLI_USAGE) fail_msg("%s: cli_st_parse returned %d", bad_files[i].label, rc);
+    if (!strstr(err, bad_files[i].needle))
+      fail_msg("%s: message '%s' lacks '%s'", bad_files[i].label, err, bad_files[i].needle);
+    assert_int_equal(ts.count, 0);
+    free(buf);
+  }
+}
+
+/* Every truncation and many single-byte corruptions of a valid file fail cleanly (or, for a
+ * corruption that leaves a valid file, parse): nothing crashes, reads out of bounds or leaks
+ * (ASan builds check the last two). */
+static void test_truncations_and_corruptions(void **state) {
+  (void)state;
+  cli_tensors ts = {0};
+  const int64_t s1[2] = {3, 5}, s2[1] = {5};
+  float v[15];
+  for (int i = 0; i < 15; i++) v[i] = (float)i - 7.5f;
+  add_floats(&ts, "x", NG_BF16, 2, s1, v);
+  add_floats(&ts, "weight", NG_F32, 1, s2, v);
+  const char *meta[] = {"k", "v", NULL};
+  void *buf;
+  size_t len;
+  char err[512];
+  assert_int_equal(cli_st_serialize(&ts, meta, &buf, &len, err, sizeof err), CLI_OK);
+  for (size_t cut = 0; cut < len; cut++) {
+    cli_tensors got = {0};
+    if (cli_st_parse(buf, cut, &got, err, sizeof err) != CLI_USAGE)
+      fail_msg("a file cut to %zu of %zu bytes was accepted", cut, len);
+    assert_int_equal(got.count, 0);
+  }
+  unsigned char *c = malloc(len);
+  assert_non_null(c);
+  ng_rng rng;
+  ng_rng_seed(&rng, 5);
+  size_t hdr_end = 8;
+  for (int i = 0; i < 8; i++) hdr_end += (size_t)((unsigned char *)buf)[i] << (8 * i);
+  for (int k = 0; k < 3000; k++) {
+    memcpy(c, buf, len);
+    size_t at = (size_t)(ng_rng_uniform(&rng) * (double)hdr_end);
+    c[at] = (unsigned char)(ng_rng_uniform(&rng) * 256);
+    cli_tensors got = {0};
+    int rc = cli_st_parse(c, len, &got, err, sizeof err);
+    assert_true(rc == CLI_OK || rc == CLI_USAGE);
+    if (rc != CLI_OK) assert_int_equal(got.count, 0);
+    cli_tensors_free(&got);
+  }
+  free(c);
+  free(buf);
+  cli_tensors_free(&ts);
+}
+
+/* Writer → reader gives back every name, dtype, shape and byte, including scalars, empty
+ * tensors, integer tensors and names that need JSON escapes; the layout is aligned. */
+static void test_round_trip(void **state) {
+  (void)state;
+  cli_tensors ts = {0}, back = {0};
+  const int64_t sc[1] = {0}, s3[3] = {2, 1, 3}, e2[2] = {0, 4}, i1[1] = {3};
+  float v[6] = {1.5f, -2.25f, 3.0f, 1e-3f, -0.0f, 65504.0f};
+  add_floats(&ts, "scalar", NG_F32, 0, sc, v);
+  add_floats(&ts, "three \"quoted\" \\ names", NG_F16, 3, s3, v);
+  add_floats(&ts, "empty", NG_BF16, 2, e2, v);
+  int64_t iv[3] = {-100, 0, 1LL << 40};
+  assert_int_equal(cli_tensors_add(&ts, "targets", NG_I64, 1, i1, iv), 0);
+  int32_t jv[3] = {7, -8, 9};
+  assert_int_equal(cli_tensors_add(&ts, "targets32", NG_I32, 1, i1, jv), 0);
+  char err[512];
+  void *buf;
+  size_t len;
+  const char *meta[] = {"producer", "test", NULL};
+  assert_int_equal(cli_st_serialize(&ts, meta, &buf, &len, err, sizeof err), CLI_OK);
+  uint64_t h = 0;
+  for (int i = 7; i >= 0; i--) h = (h << 8) | ((unsigned char *)buf)[i];
+  assert_int_equal((8 + h) % 8, 0);
+  assert_int_equal(cli_st_parse(buf, len, &back, err, sizeof err), CLI_OK);
+  assert_int_equal(back.count, ts.count);
+  for (size_t i = 0; i < ts.count; i++) {
+    const cli_tensor *a = &ts.items[i], *b = &back.items[i];
+    assert_string_equal(a->name, b->name);
+    assert_int_equal(a->dtype, b->dtype);
+    assert_int_equal(a->ndim, b->ndim);
+    for (int d = 0; d < a->ndim; d++) assert_int_equal(a->shape[d], b->shape[d]);
+    assert_int_equal(a->nbytes, b->nbytes);
+    if (a->nbytes) assert_memory_equal(a->data, b->data, a->nbytes);
+  }
+  free(buf);
+  cli_tensors_free(&back);
+
+  /* to disk and back; a directory that does not exist gets nothing */
+  char *p = path_in(out_dir, "rt.safetensors");
+  clear_dir(out_dir);
+  assert_int_equal(cli_st_write(p, &ts, meta, err, sizeof err), CLI_OK);
+  assert_int_equal(cli_st_read(p, &back, err, sizeof err), CLI_OK);
+  assert_int_equal(back.count, ts.count);
+  assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
+  char *nodir = path_in(out_dir, "missing/rt.safetensors");
+  assert_int_equal(cli_st_write(nodir, &ts, NULL, err, sizeof err), CLI_USAGE);
+  assert_true(strstr(err, "missing") != NULL);
+  assert_int_equal(cli_st_write(out_dir, &ts, NULL, err, sizeof err), CLI_USAGE);
+  assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
+  cli_tensors_free(&back);
+  cli_tensors_free(&ts);
+}
+
+/* ---- usage errors ------------------------------------------------------------------------------ */
+static void test_usage_errors(void **state) {
+  (void)state;
+  /* a valid input for the option cases */
+  cli_tensors in = {0};
+  const int64_t xs[2] = {4, 16}, ws[1] = {16};
+  float v[64];
+  for (int i = 0; i < 64; i++) v[i] = (float)(i % 7) - 3.0f;
+  add_floats(&in, "x", NG_BF16, 2, xs, v);
+  add_floats(&in, "weight", NG_F32, 1, ws, v);
+  add_floats(&in, "dy", NG_BF16, 2, xs, v);
+  char *good = path_in(in_dir, "good.safetensors");
+  write_input(good, &in);
+  cli_tensors_free(&in);
+  char *outp = path_in(out_dir, "out.safetensors");
+
+#define RUN(...) ((const char *const[]){"run", __VA_ARGS__, NULL})
+  expect_failure(RUN("nosuchop", "--in", good, "--out", outp), 2, "unknown op 'nosuchop'");
+  expect_failure(RUN("--in", good, "--out", outp), 2, "missing OP");
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, "--bogus"), 2,
+                 "unknown option '--bogus'");
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, "extra"), 2,
+                 "unexpected argument 'extra'");
+  expect_failure(RUN("rmsnorm", "--out", outp), 2, "missing --in");
+  expect_failure(RUN("rmsnorm", "--in", good), 2, "missing --out");
+  expect_failure(RUN("rmsnorm", "--out", outp, "--in"), 2, "--in needs a value");
+  expect_failure(RUN("rmsnorm", "--in", path_in(in_dir, "nope.safetensors"), "--out", outp), 2,
+                 "cannot open");
+  expect_failure(RUN("rmsnorm", "--in", in_dir, "--out", outp), 2, "not a regular file");
+  const char *bad_numbers[][2] = {
+      {"--eps", "abc"},      {"--eps", "1e-6x"},   {"--eps", ""},         {"--eps", "nan"},
+      {"--eps", "-1"},       {"--eps", "1e999"},   {"--eps", " 1"},       {"--eps", "1e-50"},
+      {"--offset", "inf"},   {"--offset", "0x"},   {"--groups", "0"},     {"--groups", "2.5"},
+      {"--groups", "99999999999999999999"},        {"--ignore-index", "1e3"},
+      {"--label-smoothing", "1.5"},                {"--softcap", "-1"},
+      {"--lse-square-scale", "NaN"},               {"--grad-output", "x"},
+      {"--casting-mode", "mistral"},               {"--reduction", "avg"}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(bad_numbers); i++)
+    expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, bad_numbers[i][0],
+                       bad_numbers[i][1]),
+                   2, bad_numbers[i][0]);
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, "--eps=abc"), 2, "--eps");
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, "--freeze-weight=yes"), 2,
+                 "takes no value");
+
+  /* input tensors */
+  struct {
+    const char *label, *needle;
+    const char *names[3];
+    ng_dtype dts[3];
+    int ndims[3];
+    int64_t shapes[3][3];
+  } cases[] = {
+      {"I32 x", "tensor 'x' has dtype I32", {"x", NULL, NULL}, {NG_I32}, {2}, {{4, 16}}},
+      {"I64 weight", "tensor 'weight' has dtype I64", {"x", "weight", NULL}, {NG_F32, NG_I64},
+       {2, 1}, {{4, 16}, {16}}},
+      {"short weight", "tensor 'weight' has shape [15]", {"x", "weight", NULL}, {NG_F32, NG_F32},
+       {2, 1}, {{4, 16}, {15}}},
+      {"2-D weight", "tensor 'weight' has shape [1, 16]", {"x", "weight", NULL},
+       {NG_F32, NG_F32}, {2, 2}, {{4, 16}, {1, 16}}},
+      {"dy shape", "tensor 'dy' has shape [4, 15]", {"x", "weight", "dy"},
+       {NG_F32, NG_F32, NG_F32}, {2, 1, 2}, {{4, 16}, {16}, {4, 15}}},
+      {"dy rank", "tensor 'dy' has shape [64]", {"x", "dy", NULL}, {NG_F32, NG_F32}, {2, 1},
+       {{4, 16}, {64}}},
+      {"dy dtype", "tensor 'dy' has dtype BF16", {"x", "dy", NULL}, {NG_F32, NG_BF16}, {2, 2},
+       {{4, 16}, {4, 16}}},
+      {"missing x", "missing required tensor 'x'", {"weight", "dy", NULL}, {NG_F32, NG_F32},
+       {1, 2}, {{16}, {4, 16}}},
+      {"unexpected name", "unexpected tensor 'dY'", {"x", "dY", NULL}, {NG_F32, NG_F32}, {2, 2},
+       {{4, 16}, {4, 16}}},
+      {"scalar x", "scalar", {"x", NULL, NULL}, {NG_F32}, {0}, {{0}}},
+      {"empty x", "no elements", {"x", NULL, NULL}, {NG_F32}, {2}, {{0, 16}}},
+      {"zero N", "no elements", {"x", NULL, NULL}, {NG_F32}, {2}, {{4, 0}}},
+  };
+  char *bad = path_in(in_dir, "badin.safetensors");
+  for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
+    cli_tensors t = {0};
+    for (int k = 0; k < 3 && cases[i].names[k]; k++)
+      assert_int_equal(cli_tensors_add(&t, cases[i].names[k], cases[i].dts[k], cases[i].ndims[k],
+                                       cases[i].shapes[k], NULL),
+                       0);
+    write_input(bad, &t);
+    cli_tensors_free(&t);
+    expect_failure(RUN("rmsnorm", "--in", bad, "--out", outp), 2, cases[i].needle);
+  }
+
+  /* devices */
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, "--device", "99"), 2,
+                 "no device matches");
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", outp, "--device", "no-such-device-xyz"),
+                 2, "no device matches");
+  const char *env_dev[] = {"NORMGRAD_DEVICE=no-such-device-xyz", NULL};
+  expect_failure_env(RUN("rmsnorm", "--in", good, "--out", outp), env_dev, 2,
+                     "no device matches");
+  /* no OpenCL platform at all (an empty ICD directory): a device failure, exit 3 */
+  char *empty = path_in(base_dir, "no-icds");
+  mkdir(empty, 0755);
+  char icd[700];
+  snprintf(icd, sizeof icd, "OCL_ICD_VENDORS=%s", empty);
+  const char *env_none[] = {icd, "NORMGRAD_DEVICE=", NULL};
+  expect_failure_env(RUN("rmsnorm", "--in", good, "--out", outp), env_none, 3,
+                     "cannot open an OpenCL device");
+  const char *dev_none[] = {"devices", NULL};
+  expect_failure_env(dev_none, env_none, 3, "no OpenCL device");
+
+  /* outputs that cannot be written */
+  expect_failure(RUN("rmsnorm", "--in", good, "--out", path_in(out_dir, "nodir/out.safetensors")),
+                 2, "cannot create a temporary file");
+  clear_dir(out_dir);
+  char *sub = path_in(out_dir, "adir");
+  mkdir(sub, 0755);
+  proc p = run_cli(RUN("rmsnorm", "--in", good, "--out", sub));
+  assert_int_equal(p.code, 2);
+  assert_true(contains_nocase(p.err, "cannot write"));
+  proc_free(&p);
+  assert_int_equal(dir_entries(out_dir, NULL, 0), 1); /* only adir: no temporary left */
+  assert_int_equal(dir_entries(sub, NULL, 0), 0);
+  rmdir(sub);
+#undef RUN
+
+  /* top level and the other subcommands */
+  expect_failure((const char *const[]){"frobnicate", NULL}, 2, "unknown subcommand");
+  expect_failure((const char *const[]){"--frobnicate", NULL}, 2, "unknown option");
+  expect_failure((const char *const[]){"devices", "--csv", NULL}, 2, "unknown option '--csv'");
+  expect_failure((const char *const[]){"inspect", NULL}, 2, "missing FILE");
+  expect_failure((const char *const[]){"bench", "rmsnorm", "--hidden", "64", "--dtype", "bf16",
+                                       NULL},
+                 2, "missing --rows");
+  expect_failure((const char *const[]){"bench", "rmsnorm", "--rows", "0", "--hidden", "64",
+                                       "--dtype", "bf16", NULL},
+                 2, "--rows");
+  expect_failure((const char *const[]){"bench", "rmsnorm", "--rows", "4", "--hidden", "64",
+                                       "--dtype", "f64", NULL},
+                 2, "--dtype");
+  expect_failure((const char *const[]){"bench", "nosuchop", "--rows", "4", "--hidden", "64",
+                                       "--dtype", "f32", NULL},
+                 2, "unknown op 'nosuchop'");
+  expect_failure((const char *const[]){"bench", "rmsnorm", "--rows", "4", "--hidden", "64",
+                                       "--dtype", "f32", "--pass", "sideways", NULL},
+                 2, "unknown --pass 'sideways'");
+  expect_failure((const char *const[]){"bench", "rmsnorm", "--rows", "4", "--hidden", "64",
+                                       "--dtype", "f32", "--in", "x", NULL},
+                 2, "unknown option '--in'");
+  proc none = run_cli((const char *const[]){NULL});
+  assert_int_equal(none.code, 2);
+  assert_true(strstr(none.err, "usage") != NULL);
+  proc_free(&none);
+}
+
+/* ---- help, version, devices, bench ---------------------------------------------------------------- */
+static void test_help_and_devices(void **state) {
+  (void)state;
+  const char *subs[] = {"devices", "run", "bench", "inspect", "help"};
+  for (size_t i = 0; i < NG_ARRAY_LEN(subs); i++) {
+    char want[64];
+    snprintf(want, sizeof want, "usage: normgrad-cli %s", subs[i]);
+    proc p = run_cli((const char *const[]){subs[i], "--help", NULL});
+    if (p.code != 0 || !strstr(p.out, want))
+      fail_msg("%s --help: exit %d, output: %s", subs[i], p.code, p.out);
+    proc_free(&p);
+    p = run_cli((const char *const[]){"help", subs[i], NULL});
+    assert_int_equal(p.code, 0);
+    assert_non_null(strstr(p.out, want));
+    proc_free(&p);
+  }
+  proc p = run_cli((const char *const[]){"--help", NULL});
+  assert_int_equal(p.code, 0);
+  assert_non_null(strstr(p.out, "rmsnorm"));
+  assert_non_null(strstr(p.out, "inspect"));
+  proc_free(&p);
+  p = run_cli((const char *const[]){"--version", NULL});
+  assert_int_equal(p.code, 0);
+  assert_non_null(strstr(p.out, NG_VERSION_STRING));
+  proc_free(&p);
+
+  p = run_cli((const char *const[]){"devices", "--json", NULL});
+  assert_int_equal(p.code, 0);
+  cJSON *j = cJSON_Parse(p.out);
+  if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1) fail_msg("devices --json: %s", p.out);
+  int defaults = 0, idx = 0;
+  for (cJSON *d = j->child; d; d = d->next, idx++) {
+    const char *fields[] = {"name", "vendor", "type", "platform", "driver"};
+    for (size_t k = 0; k < NG_ARRAY_LEN(fields); k++)
+      assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(d, fields[k])));
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(d, "index")->valuedouble, idx);
+    assert_true(cJSON_GetObjectItemCaseSensitive(d, "compute_units")->valuedouble >= 1);
+    assert_true(cJSON_GetObjectItemCaseSensitive(d, "global_mem_bytes")->valuedouble > 0);
+    defaults += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "default"));
+  }
+  assert_int_equal(defaults, 1);
+  cJSON_Delete(j);
+  proc_free(&p);
+  p = run_cli((const char *const[]){"devices", NULL});
+  assert_int_equal(p.code, 0);
+  assert_non_null(strstr(p.out, "compute units"));
+  proc_free(&p);
+}
+
+static void check_bench_json(const char *const *args, const char *pass, bool frozen) {
+  proc p = run_cli(args);
+  if (p.code != 0) fail_msg("bench: exit %d: %s", p.code, p.err);
+  const char *end = NULL;
+  cJSON *j = cJSON_ParseWithOpts(p.out, &end, 0);
+  if (!cJSON_IsObject(j)) fail_msg("bench --json did not print a JSON object: %s", p.out);
+  for (; *end; end++)
+    if (*end != '\n' && *end != ' ') fail_msg("bench --json printed more than one object");
+  const char *nums[] = {"rows", "hidden", "bytes", "median_ms", "gbps", "copy_gbps", "ratio"};
+  for (size_t k = 0; k < NG_ARRAY_LEN(nums); k++) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(j, nums[k]);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) fail_msg("bench: field %s: %s", nums[k], p.out);
+  }
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "rows")->valuedouble, 64);
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "hidden")->valuedouble, 512);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "op")->valuestring, "rmsnorm");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "pass")->valuestring, pass);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "dtype")->valuestring, "bf16");
+  assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "device")));
+  assert_true(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "frozen_bias")));
+  assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "frozen")), frozen);
+  /* bytes: backward = dy + x + dx (bf16) + weight (+ dweight) (f32) + rstd (f32) */
+  const double x = 64.0 * 512 * 2, w = 512.0 * 4, r = 64.0 * 4;
+  const double want = !strcmp(pass, "forward") ? 2 * x + w + r : 3 * x + w + r + (frozen ? 0 : w);
+  assert_true(fabs(cJSON_GetObjectItemCaseSensitive(j, "bytes")->valuedouble - want) < 0.5);
+  double g = cJSON_GetObjectItemCaseSensitive(j, "gbps")->valuedouble;
+  double c = cJSON_GetObjectItemCaseSensitive(j, "copy_gbps")->valuedouble;
+  assert_true(fabs(cJSON_GetObjectItemCaseSensitive(j, "ratio")->valuedouble - g / c) <=
+              1e-9 * (g / c));
+  cJSON_Delete(j);
+  proc_free(&p);
+}
+
+static void test_bench_json(void **state) {
+  (void)state;
+  check_bench_json((const char *const[]){"bench", "rmsnorm", "--rows", "64", "--hidden", "512",
+                                         "--dtype", "bf16", "--json", NULL},
+                   "backward", false);
+  check_bench_json((const char *const[]){"bench", "rmsnorm", "--rows", "64", "--hidden", "512",
+                                         "--dtype", "bf16", "--json", "--freeze-weight",
+                                         "--pass", "forward", NULL},
+                   "forward", true);
+}
+
+/* ---- setup ---------------------------------------------------------------------------------------- */
+static int rm_tree(const char *dir) {
+  clear_dir(dir);
+  return rmdir(dir);
+}
+
+int main(void) {
+  cli_path = getenv("NORMGRAD_CLI");
+  if (!cli_path || access(cli_path, X_OK) != 0) {
+    fprintf(stderr, "NORMGRAD_CLI must name the normgrad-cli binary (run through CTest)\n");
+    return 1;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(base_dir, sizeof base_dir, "%s/ng-test-cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(base_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  snprintf(in_dir, sizeof in_dir, "%s/in", base_dir);
+  snprintf(out_dir, sizeof out_dir, "%s/out", base_dir);
+  snprintf(log_dir, sizeof log_dir, "%s/logs", base_dir);
+  mkdir(in_dir, 0755);
+  mkdir(out_dir, 0755);
+  mkdir(log_dir, 0755);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_malformed_buffers),
+      cmocka_unit_test(test_truncations_and_corruptions),
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_help_and_devices),
+      cmocka_unit_test(test_malformed_files_cli),
+      cmocka_unit_test(test_usage_errors),
+      cmocka_unit_test(test_rmsnorm_bf16_gemma),
+      cmocka_unit_test(test_rmsnorm_f32_none),
+      cmocka_unit_test(test_rmsnorm_no_weight),
+      cmocka_unit_test(test_example_file),
+      cmocka_unit_test(test_output_replacement),
+      cmocka_unit_test(test_bench_json),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  char no_icds[400];
+  snprintf(no_icds, sizeof no_icds, "%s/no-icds", base_dir);
+  rmdir(no_icds);
+  rm_tree(in_dir);
+  rm_tree(out_dir);
+  rm_tree(log_dir);
+  rmdir(base_dir);
+  return failed;
+}
