@@ -160,12 +160,84 @@ typedef enum ng_tune {
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
 
 typedef struct ng_context_stats {
-  uint64_t programs_built; /* programs compiled by this context */
+  uint64_t programs_built; /* programs compiled from source by this context */
   uint64_t cache_hits;     /* program look-ups served from the in-memory cache */
   uint64_t disk_hits;      /* programs loaded from the on-disk cache */
   uint64_t programs_cached; /* programs held in memory now */
+  uint64_t disk_misses;    /* on-disk look-ups that found no entry */
+  uint64_t disk_stores;    /* entries written to the on-disk cache */
+  uint64_t disk_rejects;   /* entries found but not used (truncated, corrupt, another key or
+                              driver, refused by the driver): rebuilt from source and replaced */
+  uint64_t disk_errors;    /* cache folder I/O failures (not creatable, read-only, full): the
+                              program was built from source and used, just not stored */
 } ng_context_stats;
 NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * On-disk program cache (docs/cache.md). Programs a context builds are also written, as the
+ * driver's binaries, into a cache folder, and later contexts, in this or any process, load them
+ * instead of compiling. An entry is keyed by platform, device, driver version, normgrad version,
+ * the program's source hash and its build options; one that is truncated, corrupt, written for
+ * another key or refused by the driver is rebuilt from source and replaced. Writes are atomic
+ * (temporary file + rename), so processes may share a folder. The cache never makes a call fail:
+ * when the folder cannot be created, read or written, programs are built from source as without
+ * it (counted in disk_errors).
+ *
+ * Folder of a new context: $NORMGRAD_CACHE_DIR; the value "off" turns the cache off; unset or
+ * empty: $XDG_CACHE_HOME/normgrad, else $HOME/.cache/normgrad, else off. Created (mode 0700) on
+ * the first store. Size bound: $NORMGRAD_CACHE_MAX_BYTES (bytes, or with a K/M/G/T suffix;
+ * 0 = none; default NG_CACHE_DEFAULT_MAX_BYTES); after each store, the least recently used
+ * entries (by file modification time, refreshed on every load) are removed until the folder's
+ * entries fit. Only files owned by the user and writable by nobody else are loaded.
+ * ------------------------------------------------------------------------------------------- */
+#define NG_CACHE_DEFAULT_MAX_BYTES (512ull << 20)
+
+/** Use `dir` (copied) as this context's cache folder, or NULL to turn its disk cache off.
+ *  Affects programs not yet in the context's memory cache. Thread-safe.
+ *  NG_ERR_INVALID_VALUE for "". */
+NG_API ng_status ng_context_set_cache_dir(ng_context *ctx, const char *dir);
+/** The context's cache folder into buf ("" when off); NG_ERR_INVALID_VALUE when `len` bytes
+ *  cannot hold it. */
+NG_API ng_status ng_context_get_cache_dir(const ng_context *ctx, char *buf, size_t len);
+/** Size bound applied after this context's stores (0 = none). Thread-safe. */
+NG_API ng_status ng_context_set_cache_max_bytes(ng_context *ctx, uint64_t max_bytes);
+/** The folder a context created now would use, from the environment ("" when off). */
+NG_API ng_status ng_cache_default_dir(char *buf, size_t len);
+
+/** One entry of a cache folder, as ng_cache_list shows it. Strings are "" when unreadable. */
+typedef struct ng_cache_entry {
+  const char *path;     /* the entry's file */
+  const char *program;  /* kernel source name, "rmsnorm" */
+  const char *options;  /* build options */
+  const char *device;   /* device name */
+  const char *driver;   /* driver version */
+  const char *platform; /* platform name */
+  const char *normgrad; /* normgrad version that wrote it */
+  uint64_t bytes;       /* file size */
+  int64_t last_used;    /* seconds since the epoch (written or last loaded) */
+  int valid;            /* 1 when length, header and checksums agree; a context still checks
+                           that the key matches its device and driver before using it */
+} ng_cache_entry;
+/** Return nonzero to stop the listing. The entry's strings live only during the call. */
+typedef int (*ng_cache_visit_fn)(const ng_cache_entry *entry, void *user);
+/** Call `visit` for every entry in `dir` (NULL = ng_cache_default_dir), most recently used
+ *  first. A folder that does not exist has no entries; NG_ERR_IO when it cannot be read,
+ *  NG_ERR_INVALID_VALUE when dir is NULL and the cache is off. */
+NG_API ng_status ng_cache_list(const char *dir, ng_cache_visit_fn visit, void *user);
+/** Remove every entry and leftover temporary file from `dir` (NULL = default); other files and
+ *  the folder stay. *removed (may be NULL) gets the number of files removed. NG_ERR_IO when a
+ *  file could not be removed (the others still are). */
+NG_API ng_status ng_cache_clear(const char *dir, uint64_t *removed);
+
+/** Get (build, or load from the disk cache) every program that `op` can use on the context's
+ *  device under its current ng_context_override settings — every activation dtype, weight dtype
+ *  or no weight, frozen combination and vector width, and their gradient reductions — so later
+ *  calls compile nothing. `op` is a name as normgrad-cli spells it ("rmsnorm"), or NULL for
+ *  every op. *programs (may be NULL) gets the number of distinct programs. NG_ERR_INVALID_VALUE
+ *  for an unknown op; a build failure is returned as the op itself would return it. */
+NG_API ng_status ng_prebuild(ng_context *ctx, const char *op, unsigned *programs);
+/** The i-th op name ng_prebuild accepts (i = 0, 1, …), NULL past the last. */
+NG_API const char *ng_prebuild_op_name(unsigned i);
 
 /* ---------------------------------------------------------------------------------------------
  * Profiling: the time of every kernel an op enqueues (its queue needs CL_QUEUE_PROFILING_ENABLE).

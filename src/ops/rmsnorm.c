@@ -22,6 +22,23 @@ static ng_status check_weight(ng_context *ctx, ng_tensor w, size_t n) {
   return w.mem ? ng_check_tensor(ctx, w, "weight", n, true) : NG_SUCCESS;
 }
 
+/* Build options of the forward and backward programs; the launch path and
+ * ng_rmsnorm_for_each_variant both use these, so prebuild builds exactly what calls use. */
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
+                     bool fused) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, has_w, wd);
+  if (fused) ng_opts_add(o, "FUSED_ADD", 1);
+}
+
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
+                     bool compute_dw, bool has_ds) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, has_w, wd);
+  ng_opts_add(o, "COMPUTE_DW", compute_dw);
+  if (has_ds) ng_opts_add(o, "HAS_DS", 1);
+}
+
 /* A tensor of `count` elements that must have x's dtype. */
 static ng_status check_like_x(ng_context *ctx, ng_tensor x, ng_tensor t, const char *what,
                               size_t count) {
@@ -58,9 +75,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                       ng_vec_aligned(ctx, sum, p->n, 8);
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
-  if (fused) ng_opts_add(&o, "FUSED_ADD", 1);
+  fwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, fused);
   cl_program prog;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -154,10 +169,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, compute_dw);
   const size_t scratch_bytes = compute_dw ? (size_t)l.groups * 4 * p->n : 0;
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
-  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  if (has_ds) ng_opts_add(&o, "HAS_DS", 1);
+  bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
@@ -234,4 +246,45 @@ ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
   if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
   const ng_rmsnorm_params rp = as_rms(p);
   return scratch_size(ctx, &rp, compute_dweight, bytes);
+}
+
+/* Every program the RMSNorm (or, with `fused`, the fused add + RMSNorm) calls can pick on this device: x dtype × (no weight, or a weight
+ * of each dtype) × forward / frozen backward / backward with dW × each launch shape the device
+ * can get (vector width 8 or 1; on GPUs the work-group size grows with the row length, so row
+ * lengths of every power of two are asked for), and the dweight reductions. Other shape effects
+ * (the group count) are kernel arguments. Duplicates are left to the caller. */
+static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int pass = 0; pass < 3; pass++) /* forward, frozen backward, backward with dW */
+    for (int aligned = 1; aligned >= 0; aligned--)
+      for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
+        const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                                     pass == 2);
+        for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+          for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
+            const bool has_w = wi >= 0; /* dW needs a weight */
+            const ng_dtype wd = has_w ? fl[wi] : NG_F32;
+            for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
+              ng_opts o;
+              if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
+              else bwd_opts(&o, &l, fl[xi], has_w, wd, pass == 2, ds != 0);
+              if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
+            }
+          }
+      }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
+  return s;
+}
+
+ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  return for_each_variant(ctx, false, fn, user);
+}
+
+ng_status ng_fused_add_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  return for_each_variant(ctx, true, fn, user);
 }

@@ -131,6 +131,10 @@ typedef struct cli_command {
   const char *usage;   /* full text for `normgrad-cli NAME --help` */
 } cli_command;
 
+/* `cache list|clear|prebuild` (cache_cmd.c): its function and usage text for the table. */
+int cli_cmd_cache(int argc, char **argv);
+extern const char cli_cache_usage[];
+
 /* Print "normgrad-cli: <message>\n" on stderr; returns `code` so callers can `return cli_error(…)`. */
 int cli_error(int code, const char *fmt, ...)
 #if defined(__GNUC__)
