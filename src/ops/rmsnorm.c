@@ -2,10 +2,11 @@
 #include "../ng_internal.h"
 
 static ng_status check_params(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                              size_t *count) {
+                              cl_uint nwait, const cl_event *wait, size_t *count) {
   if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
   if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
   ng_status s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS) s = ng_check_rows(p->rows, p->n, count);
   if (s == NG_SUCCESS) s = ng_check_scalar(p->eps, "eps", true);
   if (s == NG_SUCCESS) s = ng_check_scalar(p->offset, "offset", false);
@@ -24,7 +25,7 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                              cl_uint nwait, const cl_event *wait, cl_event *event) {
   ng_clear_detail();
   size_t count = 0;
-  ng_status s = check_params(ctx, queue, p, &count);
+  ng_status s = check_params(ctx, queue, p, nwait, wait, &count);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
   if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
@@ -80,7 +81,7 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
                               cl_uint nwait, const cl_event *wait, cl_event *event) {
   ng_clear_detail();
   size_t count = 0;
-  ng_status s = check_params(ctx, queue, p, &count);
+  ng_status s = check_params(ctx, queue, p, nwait, wait, &count);
   if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
     s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);

@@ -245,4 +245,12 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
 int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
               const char *pass, bool json);
 
+/* ---- entry point (main.c; main() itself is in entry.c) -----------------------------------------
+ * cli_main is the whole tool: argv as main() gets it, the process exit code back. With
+ * cli_parse_only set, every subcommand returns CLI_OK as soon as its arguments have been parsed
+ * and checked, before it reads a file, opens a device or prints a result; errors are reported
+ * exactly as without it. The argument fuzzer (tests/fuzz/fuzz_args.c) runs in that mode. */
+int cli_main(int argc, char **argv);
+extern bool cli_parse_only;
+
 #endif
