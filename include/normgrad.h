@@ -170,8 +170,9 @@ NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *o
 /* ---------------------------------------------------------------------------------------------
  * Profiling: the time of every kernel an op enqueues (its queue needs CL_QUEUE_PROFILING_ENABLE).
  * Between begin and end, every kernel (and GEMM) this thread enqueues through normgrad is
- * recorded; end waits for them and returns the sum of their END−START times. At most 64 kernels
- * are recorded (NG_ERR_INVALID_VALUE past that).
+ * recorded; end waits for them and returns the sum of their END−START times (a CLBlast GEMM,
+ * which runs several kernels, counts from just before its first to the end of its last). At most
+ * 2^20 are recorded (NG_ERR_INVALID_VALUE past that).
  * ------------------------------------------------------------------------------------------- */
 NG_API ng_status ng_profile_begin(void);
 NG_API ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels);
@@ -230,10 +231,194 @@ NG_API ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsn
 /* ---- LayerNorm (issue 3) -------------------------------------------------------------------- */
 
 /* ---- GroupNorm (issue 3) -------------------------------------------------------------------- */
+/* x[B, C, *spatial] viewed as [B, C, S] (S = product of the spatial dims, 1 for x[B, C]); groups
+ * of C/G consecutive channels. Per (b, g): n = (C/G)·S elements, mean and variance two-pass
+ * style (chunk-wise exact deviations merged pairwise, never E[x²] − mean²), rstd =
+ * 1/sqrt(var + eps); saved mean, rstd [B, G] (f32). y = rd((x − mean)·rstd·w[c] + b[c]).
+ * Per-channel weight[C] and bias[C] are each optional (mem NULL: w = 1, b = 0); both share one
+ * dtype (f32, f16 or bf16), independent of x's. */
+typedef struct ng_groupnorm_params {
+  size_t batch;    /* B ≥ 1 */
+  size_t channels; /* C ≥ 1, divisible by groups (else NG_ERR_GROUPS_NOT_DIVISIBLE) */
+  size_t spatial;  /* S ≥ 1 */
+  size_t groups;   /* G, 1 ≤ G ≤ C */
+  float eps;       /* finite, ≥ 0 */
+} ng_groupnorm_params;
+/* Limits: (C/G)·S, B·G, C and S below 2^32 (NG_ERR_INDEX_OVERFLOW). */
+
+/** y (x's dtype) and mean, rstd ([B, G], f32) from x. `scratch`: see the note above the RMSNorm
+ *  section; the forward needs one only when few, large groups are split over several work-groups
+ *  (ng_groupnorm_forward_scratch_size says 0 otherwise). */
+NG_API ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_groupnorm_params *p, ng_tensor x,
+                                      ng_tensor weight, ng_tensor bias, ng_tensor y,
+                                      ng_tensor mean, ng_tensor rstd, ng_tensor scratch,
+                                      cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_groupnorm_forward needs for this shape on this context. */
+NG_API ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_params *p,
+                                                   size_t *bytes);
+
+/** dx (x's dtype) from dy, x, weight, and the forward's mean and rstd. dweight and dbias
+ *  (the parameters' dtype, C elements) are each optional: mem NULL = frozen, built with
+ *  -DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, nothing computed or allocated for it. dweight needs a weight;
+ *  dbias (= Σ dy per channel) needs no bias value, but must share the weight's dtype when a
+ *  weight is given. flags: NG_ACCUMULATE_GRAD. */
+NG_API ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_groupnorm_params *p, ng_tensor dy, ng_tensor x,
+                                       ng_tensor weight, ng_tensor mean, ng_tensor rstd,
+                                       ng_tensor dx, ng_tensor dweight, ng_tensor dbias,
+                                       unsigned flags, ng_tensor scratch,
+                                       cl_uint num_events_in_wait_list,
+                                       const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_groupnorm_backward needs (0 with both parameters frozen unless
+ *  groups are split over several work-groups). */
+NG_API ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx,
+                                                    const ng_groupnorm_params *p,
+                                                    int compute_dweight, int compute_dbias,
+                                                    size_t *bytes);
 
 /* ---- PolyNorm (issue 3) --------------------------------------------------------------------- */
+/* x[rows, n]. For p ∈ {3, 2, 1}: u_p = x^p, rstd_p = 1/sqrt(mean(u_p²) + eps), all in f32 (an f16
+ * x whose x⁶ overflows f16 is fine); y = rd(w0·u3·rstd3 + w1·u2·rstd2 + w2·u1·rstd1 + b).
+ * weight[3] is required, bias[1] optional (mem NULL: b = 0); both share one dtype (f32, f16 or
+ * bf16), independent of x's. Saved rstd[rows, 3] = (rstd3, rstd2, rstd1), f32. */
+typedef struct ng_polynorm_params {
+  size_t rows;
+  size_t n;
+  float eps; /* finite, ≥ 0 */
+} ng_polynorm_params;
+
+NG_API ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue,
+                                     const ng_polynorm_params *p, ng_tensor x, ng_tensor weight,
+                                     ng_tensor bias, ng_tensor y, ng_tensor rstd,
+                                     cl_uint num_events_in_wait_list,
+                                     const cl_event *event_wait_list, cl_event *event);
+
+/** dx (x's dtype) from dy, x, weight and the forward's rstd. dweight[3] and dbias[1] (the
+ *  weight's dtype) are each optional: mem NULL = frozen (-DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, no
+ *  scratch for it). dw_p = Σ_rows rstd_p·Σ dy·x^p, db = Σ dy. flags: NG_ACCUMULATE_GRAD. */
+NG_API ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_polynorm_params *p, ng_tensor dy, ng_tensor x,
+                                      ng_tensor weight, ng_tensor rstd, ng_tensor dx,
+                                      ng_tensor dweight, ng_tensor dbias, unsigned flags,
+                                      ng_tensor scratch, cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_polynorm_backward needs (0 with both parameters frozen). */
+NG_API ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
+                                                   int compute_dweight, int compute_dbias,
+                                                   size_t *bytes);
 
 /* ---- fused linear + cross-entropy (issue 4) -------------------------------------------------- */
+/* loss = cross_entropy(input·weightᵀ + bias, target) (+ z-loss), with the gradients formed in the
+ * same pass, chunk by chunk over rows: the [BT, V] logits never exist, and neither does any
+ * [V, H] temporary (CLBlast's included). See docs/flce.md for the math and the memory bound. */
+typedef enum ng_reduction {
+  NG_REDUCTION_MEAN = 0, /* Σ loss / Σ_{non-ignored} ce_weight[target] (z-loss: / count) */
+  NG_REDUCTION_SUM = 1,
+  NG_REDUCTION_NONE = 2 /* one value per row; ignored rows give 0 */
+} ng_reduction;
+
+/* chunk_rows / scratch_budget / v_block: chosen by the op (the default). */
+#define NG_FLCE_AUTO 0u
+
+typedef struct ng_flce_params {
+  size_t bt, h, v;          /* rows, hidden size, vocabulary size (all ≥ 1) */
+  int64_t ignore_index;     /* rows whose target equals it are ignored (default -100) */
+  float label_smoothing;    /* ε in [0, 1] (torch's formula, class weights included) */
+  ng_reduction reduction;
+  float softcap;            /* 0 = off; c > 0: logits become c·tanh(z/c) before the loss */
+  float lse_square_scale;   /* z-loss λ ≥ 0: adds λ·lse² per non-ignored row (not weighted) */
+  float grad_output;        /* d(final loss)/d(loss) for mean/sum when no grad_output tensor */
+  size_t chunk_rows;        /* rows per chunk, or NG_FLCE_AUTO: the most that fit the budget
+                               (a multiple of 256 when at least 256) */
+  size_t scratch_budget;    /* bytes that everything the op allocates (its scratch and CLBlast's
+                               temporary) may take, for NG_FLCE_AUTO chunks; NG_FLCE_AUTO: 1/64
+                               of the device's memory, at least 256 MiB. Capped by the device's
+                               largest allocation. */
+  size_t v_block;           /* NG_FLCE_AUTO: split a product along V only where CLBlast would
+                               copy the whole weight, in blocks of max(chunk rounded up to 256,
+                               chunk·V/(4·H)) rows; n > 0: every product in blocks of n rows */
+} ng_flce_params;
+
+/** Defaults: ignore_index −100, no smoothing, mean, no softcap, no z-loss, grad_output 1, chunk,
+ *  budget and V-block NG_FLCE_AUTO. */
+NG_API ng_flce_params ng_flce_params_default(size_t bt, size_t h, size_t v);
+
+/* The op's tensors. Absent ones have mem NULL (ng_tensor_none()).
+ *   input      [bt, h]  f32, f16 or bf16
+ *   weight     [v, h]   f32
+ *   target     [bt]     i32 or i64, each in [0, v) or equal to ignore_index
+ *   bias       [v]      f32, optional
+ *   ce_weight  [v]      f32, optional class weights (torch's `weight`)
+ *   grad_output         f32: [bt] for reduction none (required); [1] for mean/sum (optional,
+ *                       read on the device instead of params.grad_output)
+ *   loss                f32: [bt] for none (ce + z-loss per row), else [1] (required)
+ *   z_loss              f32, optional, the z-loss part alone (same shape as loss)
+ *   accuracy            f32, optional: none: [bt] of 1/0 (argmax == target; 0 for ignored rows);
+ *                       mean/sum: [1], the fraction over non-ignored rows (0 when none are)
+ *   dinput     [bt, h]  input's dtype, optional (absent: the input needs no gradient). It may be
+ *                       the input itself (same buffer and offset): each chunk's rows are read
+ *                       before they are overwritten.
+ *   dweight    [v, h]   f32, optional (absent: frozen weight)
+ *   dbias      [v]      f32, optional (absent: frozen or no bias; needs bias)
+ *   scratch             f32 at offset 0, optional: at least ng_flce_info.peak_bytes bytes, used
+ *                       instead of allocating (not to be touched until the op's event completes)
+ * The argmax of `accuracy` is the first largest logit after bias and softcap. */
+typedef struct ng_flce_tensors {
+  ng_tensor input, weight, target, bias, ce_weight, grad_output;
+  ng_tensor loss, z_loss, accuracy, dinput, dweight, dbias;
+  ng_tensor scratch;
+} ng_flce_tensors;
+
+/* What a call does and allocates (ng_flce fills it; ng_flce_plan tells it beforehand). */
+typedef struct ng_flce_info {
+  size_t chunk_rows, chunks; /* rows per chunk, and chunks per call */
+  size_t v_block;            /* rows of weight per GEMM call where the weight is split */
+  size_t gemm_calls;         /* CLBlast calls per op call, all chunks */
+  size_t gemm_temp_bytes;    /* CLBlast's temporary buffer: the largest any call needs */
+  size_t gemm_temp_max[3];   /* ... of the logits, dinput and dweight products (0 if skipped) */
+  int gemm_strategy[3];      /* per product: 1 whole, 2 aligned part + blocks, 3 blocks, 0 skipped */
+  size_t scratch_bytes;      /* the op's own scratch: logits chunk, f32 input chunk, per-row values */
+  size_t peak_bytes;         /* all device memory the op allocates: scratch + CLBlast's temporary */
+} ng_flce_info;
+
+/** Forward and backward in one call. Validates everything (shapes, dtypes, buffer sizes, option
+ *  values), then reads `target` back to check it — so this call BLOCKS until the wait list has
+ *  completed and the targets are read: a target outside [0, v) that is not ignore_index returns
+ *  NG_ERR_TARGET_OUT_OF_RANGE (naming the row) before anything is written. Then enqueues the
+ *  whole op and returns; `event` completes when all of it has.
+ *  Every row's gradient is already scaled by grad_output (and by 1/Σ w[target] or 1/count for
+ *  mean), so nothing of size [v, h] is rescaled afterwards. With every row ignored the loss is 0
+ *  and all gradients are 0 (torch gives NaN). flags: NG_ACCUMULATE_GRAD adds dweight and dbias
+ *  into the caller's buffers (dinput is always overwritten). `info` (may be NULL) tells what was
+ *  allocated. Errors: NG_ERR_* for bad arguments, NG_ERR_INDEX_OVERFLOW when an operand exceeds
+ *  CLBlast's 32-bit indexing (offset + elements of weight, input or dinput ≥ 2^31),
+ *  NG_ERR_GEMM_FAILED (CLBlast status in the detail), OpenCL codes. */
+NG_API ng_status ng_flce(ng_context *ctx, cl_command_queue queue, const ng_flce_params *p,
+                         const ng_flce_tensors *t, unsigned flags, ng_flce_info *info,
+                         cl_uint num_events_in_wait_list, const cl_event *event_wait_list,
+                         cl_event *event);
+
+/** What ng_flce would do with these params: chunking, GEMM calls, bytes allocated (fills *info;
+ *  enqueues nothing). Only the presence (mem non-NULL), dtype and offset of each tensor matter
+ *  here: the buffers themselves are not inspected. Needs the queue (CLBlast's temporary sizes
+ *  depend on the device). */
+NG_API ng_status ng_flce_plan(ng_context *ctx, cl_command_queue queue, const ng_flce_params *p,
+                              const ng_flce_tensors *t, unsigned flags, ng_flce_info *info);
+
+/** Benchmarking aid: enqueue exactly the CLBlast calls ng_flce would make (same plan, same
+ *  scratch size, same buffers), and nothing else, so the op's time can be set against its GEMMs'.
+ *  The outputs it touches (dinput, dweight) hold meaningless values afterwards. Does not read the
+ *  targets and does not block. */
+NG_API ng_status ng_flce_gemms_only(ng_context *ctx, cl_command_queue queue,
+                                    const ng_flce_params *p, const ng_flce_tensors *t,
+                                    unsigned flags, ng_flce_info *info,
+                                    cl_uint num_events_in_wait_list,
+                                    const cl_event *event_wait_list, cl_event *event);
 
 #ifdef __cplusplus
 }

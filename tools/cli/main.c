@@ -175,6 +175,14 @@ static int op_option(args *a, cli_options *o, char *err, size_t errlen) {
     if (!rc) o->grad_output_set = true;
     return rc;
   }
+  long long *ll = !strcmp(n, "--vocab")            ? &o->vocab
+                  : !strcmp(n, "--chunk-rows")     ? &o->chunk_rows
+                  : !strcmp(n, "--scratch-budget") ? &o->scratch_budget
+                                                   : NULL;
+  if (ll) {
+    VALUE();
+    return cli_parse_ll(n, v, 1, n[2] == 's' ? INT64_MAX : INT32_MAX, ll, err, errlen);
+  }
 #undef VALUE
   bool *flag = !strcmp(n, "--freeze-weight")   ? &o->freeze_weight
                : !strcmp(n, "--freeze-bias")   ? &o->freeze_bias
@@ -492,7 +500,11 @@ static int cmd_inspect(int argc, char **argv) {
   "  --reduction R           FLCE: mean (default), sum, none\n"                                  \
   "  --softcap F             FLCE: logit soft-capping c·tanh(z/c); 0 = off\n"                    \
   "  --lse-square-scale F    FLCE: z-loss weight (default 0)\n"                                  \
-  "  --grad-output F         FLCE: scalar upstream gradient (default 1)\n"
+  "  --grad-output F         FLCE: scalar upstream gradient (default 1)\n"                       \
+  "  --vocab V               FLCE bench: vocabulary size (default 32000)\n"                      \
+  "  --chunk-rows N          FLCE: rows per chunk (default: the most the scratch budget allows)\n" \
+  "  --scratch-budget B      FLCE: bytes the op may allocate (default 1/64 of device memory,\n"  \
+  "                          at least 256 MiB)\n"
 
 static int cmd_help(int argc, char **argv);
 
@@ -517,6 +529,11 @@ static const cli_command commands[] = {
      "  rmsnorm: inputs x [..., N], weight [N] (optional), dy like x (optional)\n"
      "           outputs y, rstd (F32, x's shape without the last dim; [1] for 1-D x),\n"
      "           dx, dweight (absent without weight or with --freeze-weight)\n"
+     "  flce:    inputs input [..., H], weight [V, H] F32, target (input's shape without H;\n"
+     "           I32/I64), bias [V], ce_weight [V], grad_output ([] or [1]; like target for\n"
+     "           --reduction none), the last three optional; outputs loss, z_loss (F32; []\n"
+     "           or like target), dinput (unless --no-input-grad), dweight (unless\n"
+     "           --freeze-weight), dbias (with bias, unless --freeze-bias)\n"
      "  --device SEL   index from `normgrad-cli devices` or a name substring\n"
      "                 (default: NORMGRAD_DEVICE, else the first GPU, else the first device)\n" OP_OPTIONS_HELP
      "Exit: 0 ok, 2 usage or bad input, 3 device or OpenCL failure.\n"},
