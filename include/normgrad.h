@@ -272,7 +272,7 @@ typedef enum ng_casting_mode {
  * RMSNorm. x[rows, n] → y[rows, n], rstd[rows] (f32). weight[n] optional; w' = offset + w.
  * ------------------------------------------------------------------------------------------- */
 typedef struct ng_rmsnorm_params {
-  size_t rows;
+  size_t rows; /* 1 … 2^31, and so is n; rows·n may exceed 2^32 (NG_ERR_INDEX_OVERFLOW past) */
   size_t n;
   float eps;
   float offset;

@@ -104,7 +104,10 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
 ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
                      size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
                      const cl_event *wait, cl_event *event) {
-  cl_int e = CL_SUCCESS;
+  /* The ops check the wait list before anything else; this catches an op that does not, before
+   * the runtime dereferences a NULL list. */
+  cl_int e = ng_check_wait_list(nwait, nwait ? wait : NULL);
+  if (e != CL_SUCCESS) return e;
   cl_kernel k = clCreateKernel(prog, kname, &e);
   if (!k) return ng_fail(e, "clCreateKernel(%s) failed", kname);
   for (cl_uint i = 0; i < nargs && e == CL_SUCCESS; i++) {

@@ -134,8 +134,12 @@ ng_status ng_check_queue(ng_context *ctx, cl_command_queue queue);
 /* a*b with overflow detection. */
 bool ng_mul_overflows(size_t a, size_t b, size_t *out);
 bool ng_is_float_dtype(ng_dtype d);
-/* rows ≥ 1, n ≥ 1, both within the kernels' 32-bit counters, rows·n within size_t. */
+/* rows ≥ 1, n ≥ 1, each ≤ 2^31 (the kernels' 32-bit counters never wrap), rows·n within
+ * size_t (it may exceed 2^32). */
 ng_status ng_check_rows(size_t rows, size_t n, size_t *count);
+/* An event wait list as OpenCL defines it: NULL exactly when empty, no NULL entries (PoCL
+ * crashes on a NULL list with a non-zero count instead of returning the error). */
+ng_status ng_check_wait_list(cl_uint nwait, const cl_event *wait);
 /* A float scalar that must be finite (and ≥ 0 when nonneg). */
 ng_status ng_check_scalar(float v, const char *what, bool nonneg);
 /* `b` must have the dtype of `a`. */

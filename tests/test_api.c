@@ -244,6 +244,7 @@ static void test_rmsnorm_validation(void **state) {
     nc++;                                                                                        \
   } while (0)
   ng_rmsnorm_params p;
+  NG_OK(ng_profile_begin()); /* counts what the failed calls enqueue: must be nothing */
   CASE("NULL ctx", FWD(NULL, e->queue, &ok, X, W, Y, R), NG_ERR_NULL_HANDLE);
   CASE("NULL queue", FWD(e->ctx, NULL, &ok, X, W, Y, R), NG_ERR_NULL_HANDLE);
   CASE("NULL params", FWD(e->ctx, e->queue, NULL, X, W, Y, R), NG_ERR_NULL_HANDLE);
@@ -313,6 +314,10 @@ static void test_rmsnorm_validation(void **state) {
   p = ok, p.n = 0;
   CASE("scratch size n = 0", ng_rmsnorm_backward_scratch_size(e->ctx, &p, 1, &bytes), NG_ERR_INVALID_SHAPE);
 
+  cl_ulong prof_ns = 0;
+  unsigned enqueued = 99;
+  NG_OK(ng_profile_end(&prof_ns, &enqueued));
+  assert_int_equal(enqueued, 0);
   CL_OK(clFinish(e->queue));
   for (int i = 0; i < nc; i++) {
     if (cases[i].got != cases[i].want)

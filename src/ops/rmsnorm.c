@@ -5,10 +5,11 @@
 #include "../ng_internal.h"
 
 static ng_status check_params(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                              size_t *count) {
+                              cl_uint nwait, const cl_event *wait, size_t *count) {
   if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
   if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
   ng_status s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS) s = ng_check_rows(p->rows, p->n, count);
   if (s == NG_SUCCESS) s = ng_check_scalar(p->eps, "eps", true);
   if (s == NG_SUCCESS) s = ng_check_scalar(p->offset, "offset", false);
@@ -60,7 +61,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                              ng_tensor y, ng_tensor sum, ng_tensor rstd, cl_uint nwait,
                              const cl_event *wait, cl_event *event) {
   size_t count = 0;
-  ng_status s = check_params(ctx, queue, p, &count);
+  ng_status s = check_params(ctx, queue, p, nwait, wait, &count);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
   if (s == NG_SUCCESS && fused) s = check_like_x(ctx, x, residual, "residual", count);
   if (s == NG_SUCCESS) s = check_like_x(ctx, x, y, "y", count);
@@ -141,7 +142,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                               unsigned flags, ng_tensor scratch, cl_uint nwait,
                               const cl_event *wait, cl_event *event) {
   size_t count = 0;
-  ng_status s = check_params(ctx, queue, p, &count);
+  ng_status s = check_params(ctx, queue, p, nwait, wait, &count);
   if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
     s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);

@@ -268,4 +268,12 @@ typedef struct cli_bench_more {
  * stay valid until bench_cleanup (put it in the op's state). */
 void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more);
 
+/* ---- entry point (main.c; main() itself is in entry.c) -----------------------------------------
+ * cli_main is the whole tool: argv as main() gets it, the process exit code back. With
+ * cli_parse_only set, every subcommand returns CLI_OK as soon as its arguments have been parsed
+ * and checked, before it reads a file, opens a device or prints a result; errors are reported
+ * exactly as without it. The argument fuzzer (tests/fuzz/fuzz_args.c) runs in that mode. */
+int cli_main(int argc, char **argv);
+extern bool cli_parse_only;
+
 #endif
