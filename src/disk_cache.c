@@ -118,11 +118,11 @@ static char *env_dir(void) {
 /* "536870912", "512M", "1g", "64KiB"; anything else (or nothing) gives the default. */
 static uint64_t env_max_bytes(void) {
   const char *v = getenv("NORMGRAD_CACHE_MAX_BYTES");
-  if (!v || !*v) return NG_CACHE_DEFAULT_MAX_BYTES;
+  if (!v || *v < '0' || *v > '9') return NG_CACHE_DEFAULT_MAX_BYTES; /* no sign, no space */
   char *end = NULL;
   errno = 0;
   unsigned long long n = strtoull(v, &end, 10);
-  if (errno || end == v || *v == '-') return NG_CACHE_DEFAULT_MAX_BYTES;
+  if (errno) return NG_CACHE_DEFAULT_MAX_BYTES;
   unsigned shift = 0;
   switch (*end) {
   case 'k': case 'K': shift = 10; end++; break;

@@ -777,13 +777,17 @@ static void test_prebuild(void **state) {
   char *dir = fresh_dir();
   assert_string_equal(ng_prebuild_op_name(0), "rmsnorm");
   assert_null(ng_prebuild_op_name(1));
+  /* On a GPU the work-group size follows the row length (six sizes on an H100): pin it so the
+   * count below holds on every device, and the prebuild stays small. */
   ng_context *c = ctx_with(dir);
+  if (!e->is_cpu) NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
   unsigned count = 0;
   NG_EXPECT_STATUS(ng_prebuild(c, "no-such-op", &count), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(ng_prebuild(NULL, "rmsnorm", &count), NG_ERR_NULL_HANDLE);
   NG_OK(ng_prebuild(c, "rmsnorm", &count));
-  /* Vectorised and scalar: x dtype (3) × {no weight, 3 weight dtypes} forward (24) and
-   * backward with dW frozen or not (3 × 7 × 2 = 42), plus 3 reductions. */
+  /* Vectorised and scalar: x dtype (3) × {no weight, 3 weight dtypes} for the forward (24) and
+   * the frozen backward (24), x dtype × weight dtype for the backward with dW (18), plus 3
+   * reductions. */
   const unsigned want = 69;
   assert_int_equal(count, want);
   EXPECT_STATS(c, want, 0, want, want, 0, 0);
@@ -820,12 +824,74 @@ static void test_prebuild(void **state) {
   ng_context_release(c);
 
   c = ctx_with(dir);
+  if (!e->is_cpu) NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
   NG_OK(ng_prebuild(c, NULL, &count));
   assert_int_equal(count, want);
   EXPECT_STATS(c, 0, want, 0, 0, 0, 0);
   ng_context_release(c);
   rm_rf(dir);
   free(dir);
+}
+
+/* The enumeration must hold every program the launch choice can pick. On a GPU the work-group
+ * size follows the row length; fake a GPU context (no program is built) and check, for many row
+ * lengths, both alignments and every pass, that the forward / backward options are listed. */
+typedef struct opt_set {
+  char keys[1024][600];
+  int n;
+} opt_set;
+
+static ng_status collect_opts(ng_context *ctx, const char *program, const ng_opts *o, void *user) {
+  (void)ctx;
+  opt_set *s = user;
+  char k[600];
+  snprintf(k, sizeof k, "%s|%s", program, o->text);
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->keys[i], k)) return NG_SUCCESS;
+  if (s->n < 1024) snprintf(s->keys[s->n++], sizeof s->keys[0], "%s", k);
+  return NG_SUCCESS;
+}
+
+static bool listed_opts(const opt_set *s, const ng_opts *o) {
+  char k[600];
+  snprintf(k, sizeof k, "rmsnorm|%s", o->text);
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->keys[i], k)) return true;
+  return false;
+}
+
+ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+
+static void test_prebuild_gpu_shapes(void **state) {
+  (void)state;
+  ng_context *c = ctx_with(NULL);
+  c->info.type = CL_DEVICE_TYPE_GPU; /* the launch choice reads only these facts */
+  c->info.max_wg = 1024;
+  static opt_set set;
+  set.n = 0;
+  NG_OK(ng_rmsnorm_for_each_variant(c, collect_opts, &set));
+  /* 6 work-group sizes (32…1024) × (24 forward + 24 frozen + 18 with dW) + 3 reductions */
+  assert_int_equal(set.n, 6 * 66 + 3);
+  size_t ns[600];
+  size_t k = 0;
+  for (size_t n = 1; n <= 4100; n += (n < 300 ? 1 : 37)) ns[k++] = n;
+  const size_t big[] = {8191, 8192, 8193, 16384, 65536, 65537, 262144, 1000000, 16777216};
+  for (size_t i = 0; i < NG_ARRAY_LEN(big); i++) ns[k++] = big[i];
+  const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  for (size_t i = 0; i < k; i++)
+    for (int aligned = 0; aligned < 2; aligned++)
+      for (int pass = 0; pass < 3; pass++)
+        for (int xi = 0; xi < 3; xi++)
+          for (int wi = pass == 2 ? 0 : -1; wi < 3; wi++) {
+            const ng_row_launch l = ng_choose_row_launch(c, 1000, ns[i], aligned, pass == 2);
+            ng_opts o;
+            ng_opts_init(&o);
+            ng_row_opts_dt(&o, &l, fl[xi], wi >= 0, wi >= 0 ? fl[wi] : NG_F32);
+            if (pass) ng_opts_add(&o, "COMPUTE_DW", pass == 2);
+            if (!listed_opts(&set, &o)) fail_msg("n=%zu: '%s' is not enumerated", ns[i], o.text);
+          }
+  EXPECT_STATS(c, 0, 0, 0, 0, 0, 0);
+  ng_context_release(c);
 }
 
 int main(int argc, char **argv) {
@@ -839,7 +905,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_unwritable_folder), cmocka_unit_test(test_readonly_folder),
       cmocka_unit_test(test_env_and_off),
       cmocka_unit_test(test_eviction),          cmocka_unit_test(test_two_processes),
-      cmocka_unit_test(test_prebuild),
+      cmocka_unit_test(test_prebuild),          cmocka_unit_test(test_prebuild_gpu_shapes),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   ng_test_env_release();

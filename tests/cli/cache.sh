@@ -51,12 +51,14 @@ expect 0 "$CLI" cache list
 has "0 entries" out
 
 # --dir, and prebuild: every rmsnorm variant, then nothing left to build.
+# (69 programs on a CPU; more on a GPU, where the work-group size follows the row length.)
 expect 0 "$CLI" cache prebuild rmsnorm --dir "$T/pre"
-has "69 programs" out
+n=$(sed -n 's/^ *rmsnorm *\([0-9][0-9]*\) programs: \([0-9]*\) built.*/\1/p' "$T/out")
+[ -n "$n" ] && [ "$n" -ge 69 ] || fail "prebuild count: $(cat "$T/out")"
 expect 0 "$CLI" cache list --dir "$T/pre"
-has "69 entries" out
+has "$n entries" out
 expect 0 "$CLI" cache prebuild --dir="$T/pre"
-has "0 built, 69 from the cache" out
+has "0 built, $n from the cache" out
 
 # Misuse.
 expect 2 "$CLI" cache
