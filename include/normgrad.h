@@ -393,7 +393,7 @@ typedef struct ng_groupnorm_params {
   size_t groups;   /* G, 1 ≤ G ≤ C */
   float eps;       /* finite, ≥ 0 */
 } ng_groupnorm_params;
-/* Limits: (C/G)·S, B·G, C and S below 2^32 (NG_ERR_INDEX_OVERFLOW). */
+/* Limits: (C/G)·S, B·G, C and S at most 2^31 (NG_ERR_INDEX_OVERFLOW). */
 
 /** y (x's dtype) and mean, rstd ([B, G], f32) from x. `scratch`: see the note above the RMSNorm
  *  section; the forward needs one only when few, large groups are split over several work-groups

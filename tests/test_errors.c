@@ -5,7 +5,8 @@
  *    count zero kernels;
  *  - write nothing: every output buffer (and its guard) still holds the poison;
  *  - leak nothing: the reference counts of the OpenCL contexts are unchanged (every cl_mem,
- *    cl_program and cl_kernel holds one), and the ASan build's LeakSanitizer sees no host leak.
+ *    cl_program and cl_kernel holds one) but for the programs the call added to the context's
+ *    cache, and the ASan build's LeakSanitizer sees no host leak.
  * Also: a device allocation failure (scratch larger than the device's largest allocation)
  * returns the runtime's error with the same guarantees. */
 #include "ng_test.h"
@@ -17,13 +18,23 @@
 
 enum { VR = 4, VN = 64, VG = 8 };
 
+typedef struct out_buf {
+  cl_mem m;
+  ng_dtype dt;
+  size_t total;
+  const char *name;
+} out_buf;
+
 typedef struct fixture {
   cl_mem x, w, dy, r_in;             /* inputs (data) */
   cl_mem y, r_out, dx, dw, scratch;  /* outputs (poison everywhere) */
+  out_buf outs[16];                  /* every buffer a failed call must not write */
+  int nouts;
   cl_context other;                  /* a second OpenCL context on the same device */
   cl_mem other_mem;
   cl_command_queue other_queue;
   cl_uint refs, other_refs;
+  uint64_t cached; /* programs in the test context's cache */
   unsigned cases;
 } fixture;
 
@@ -49,6 +60,12 @@ static void fixture_make(fixture *f) {
   f->dx = ng_test_upload(NG_BF16, NULL, VR * VN, 0, VG);
   f->dw = ng_test_upload(NG_F32, NULL, VN, 0, VG);
   f->scratch = ng_test_upload(NG_F32, NULL, 64 * VN, 0, VG);
+  const out_buf outs[] = {{f->y, NG_BF16, VR * VN + VG, "y"},
+                          {f->r_out, NG_F32, VR + VG, "rstd"},
+                          {f->dx, NG_BF16, VR * VN + VG, "dx"},
+                          {f->dw, NG_F32, VN + VG, "dweight"},
+                          {f->scratch, NG_F32, 64 * VN + VG, "scratch"}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(outs); i++) f->outs[f->nouts++] = outs[i];
   free(v);
   cl_int err = CL_SUCCESS;
   f->other = clCreateContext(NULL, 1, &e->device, NULL, NULL, &err);
@@ -67,10 +84,17 @@ static void fixture_free(fixture *f) {
   clReleaseContext(f->other);
 }
 
+static uint64_t programs_cached(void) {
+  ng_context_stats st;
+  NG_OK(ng_context_get_stats(ng_test_env_get()->ctx, &st));
+  return st.programs_cached;
+}
+
 static void case_begin(fixture *f) {
   ng_test_env *e = ng_test_env_get();
   CL_OK(clFinish(e->queue));
   f->refs = ctx_refs(e->cl_ctx);
+  f->cached = programs_cached();
   f->other_refs = ctx_refs(f->other);
   NG_OK(ng_profile_begin());
 }
@@ -91,23 +115,17 @@ static void case_end(fixture *f, const char *label, ng_status got, ng_status wan
   if (ps != NG_SUCCESS || kernels != 0)
     fail_msg("%s: a failed call enqueued %u kernel(s)", label, kernels);
   CL_OK(clFinish(e->queue));
-  const struct {
-    cl_mem m;
-    ng_dtype dt;
-    size_t total;
-    const char *name;
-  } outs[] = {{f->y, NG_BF16, VR * VN + VG, "y"},
-              {f->r_out, NG_F32, VR + VG, "rstd"},
-              {f->dx, NG_BF16, VR * VN + VG, "dx"},
-              {f->dw, NG_F32, VN + VG, "dweight"},
-              {f->scratch, NG_F32, 64 * VN + VG, "scratch"}};
-  for (size_t i = 0; i < NG_ARRAY_LEN(outs); i++)
-    if (!ng_test_guard_intact(outs[i].m, outs[i].dt, 0, 0, outs[i].total))
-      fail_msg("%s: the failed call wrote to %s", label, outs[i].name);
-  if (ctx_refs(e->cl_ctx) != f->refs || ctx_refs(f->other) != f->other_refs)
-    fail_msg("%s: context reference counts changed (%u -> %u, %u -> %u): an OpenCL object "
-             "leaked or was released once too often",
-             label, f->refs, ctx_refs(e->cl_ctx), f->other_refs, ctx_refs(f->other));
+  for (int i = 0; i < f->nouts; i++)
+    if (!ng_test_guard_intact(f->outs[i].m, f->outs[i].dt, 0, 0, f->outs[i].total))
+      fail_msg("%s: the failed call wrote to %s", label, f->outs[i].name);
+  /* A failed call may have built and cached a program before it found the problem (each cached
+   * program holds one context reference); anything else that changed a count leaked. */
+  const uint64_t added = programs_cached() - f->cached;
+  if (ctx_refs(e->cl_ctx) != f->refs + added || ctx_refs(f->other) != f->other_refs)
+    fail_msg("%s: context reference counts changed (%u -> %u with %llu program(s) cached, "
+             "%u -> %u): an OpenCL object leaked or was released once too often",
+             label, f->refs, ctx_refs(e->cl_ctx), (unsigned long long)added, f->other_refs,
+             ctx_refs(f->other));
   f->cases++;
 }
 
@@ -285,6 +303,126 @@ static void test_context_bad_input(void **state) {
   fixture_free(&f);
 }
 
+/* GroupNorm, PolyNorm and FLCE: the rows of the table that are theirs (groups that do not
+ * divide the channels, targets out of range, the wait list), with the same checks. FLCE reads
+ * the targets back to range-check them (a blocking read, no kernel) before anything else. */
+static void test_other_ops_bad_input(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  fixture f;
+  fixture_make(&f);
+  ng_rng rng;
+  ng_rng_seed(&rng, 23);
+  float *v = ng_test_random(&rng, NG_F32, 64, 0.5, 1.0);
+  /* GroupNorm x[2, 4, 3], 2 groups; PolyNorm x[4, 8]; FLCE input[6, 4], weight[5, 4] */
+  cl_mem gx = ng_test_upload(NG_BF16, v, 24, 0, 0), gw = ng_test_upload(NG_F32, v, 4, 0, 0);
+  cl_mem gm = ng_test_upload(NG_F32, v, 4, 0, 0);
+  cl_mem gy = ng_test_upload(NG_BF16, NULL, 24, 0, VG), gmo = ng_test_upload(NG_F32, NULL, 4, 0, VG);
+  cl_mem gro = ng_test_upload(NG_F32, NULL, 4, 0, VG), gdx = ng_test_upload(NG_BF16, NULL, 24, 0, VG);
+  cl_mem gdw = ng_test_upload(NG_F32, NULL, 4, 0, VG), gdb = ng_test_upload(NG_F32, NULL, 4, 0, VG);
+  cl_mem pw = ng_test_upload(NG_F32, v, 3, 0, 0), pr = ng_test_upload(NG_F32, v, 12, 0, 0);
+  cl_mem px = ng_test_upload(NG_F32, v, 32, 0, 0);
+  cl_mem py = ng_test_upload(NG_F32, NULL, 32, 0, VG), pro = ng_test_upload(NG_F32, NULL, 12, 0, VG);
+  cl_mem fi = ng_test_upload(NG_F32, v, 24, 0, 0), fw = ng_test_upload(NG_F32, v, 20, 0, 0);
+  const int64_t targets[6] = {0, 4, -100, 2, 5, 1}; /* 5 lies outside [0, 5) */
+  cl_int err = CL_SUCCESS;
+  cl_mem ft = clCreateBuffer(e->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof targets,
+                             (void *)targets, &err);
+  assert_non_null(ft);
+  cl_mem fl = ng_test_upload(NG_F32, NULL, 1, 0, VG), fdi = ng_test_upload(NG_F32, NULL, 24, 0, VG);
+  cl_mem fdw = ng_test_upload(NG_F32, NULL, 20, 0, VG);
+  const out_buf outs[] = {{gy, NG_BF16, 24 + VG, "groupnorm y"},   {gmo, NG_F32, 4 + VG, "mean"},
+                          {gro, NG_F32, 4 + VG, "groupnorm rstd"}, {gdx, NG_BF16, 24 + VG, "gn dx"},
+                          {gdw, NG_F32, 4 + VG, "gn dweight"},     {gdb, NG_F32, 4 + VG, "dbias"},
+                          {py, NG_F32, 32 + VG, "polynorm y"},     {pro, NG_F32, 12 + VG, "pn rstd"},
+                          {fl, NG_F32, 1 + VG, "loss"},            {fdi, NG_F32, 24 + VG, "dinput"},
+                          {fdw, NG_F32, 20 + VG, "flce dweight"}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(outs); i++) f.outs[f.nouts++] = outs[i];
+
+  const ng_groupnorm_params gok = {2, 4, 3, 2, 1e-5f};
+  ng_groupnorm_params gp;
+  const ng_tensor GX = ng_tensor_of(gx, 0, NG_BF16), GW = ng_tensor_of(gw, 0, NG_F32),
+                  GM = ng_tensor_of(gm, 0, NG_F32), GY = ng_tensor_of(gy, 0, NG_BF16),
+                  GMO = ng_tensor_of(gmo, 0, NG_F32), GRO = ng_tensor_of(gro, 0, NG_F32),
+                  GDX = ng_tensor_of(gdx, 0, NG_BF16), GDW = ng_tensor_of(gdw, 0, NG_F32),
+                  GDB = ng_tensor_of(gdb, 0, NG_F32), NONE = ng_tensor_none();
+#define GFWD(p, nw, wl)                                                                          \
+  ng_groupnorm_forward(e->ctx, e->queue, p, GX, GW, GW, GY, GMO, GRO, NONE, nw, wl, NULL)
+#define GBWD(p)                                                                                  \
+  ng_groupnorm_backward(e->ctx, e->queue, p, GX, GX, GW, GM, GM, GDX, GDW, GDB, 0, NONE, 0,     \
+                        NULL, NULL)
+  gp = gok, gp.groups = 3;
+  CASE("groupnorm: 3 groups of 4 channels", NG_ERR_GROUPS_NOT_DIVISIBLE,
+       "channels 4 is not divisible by groups 3", GFWD(&gp, 0, NULL));
+  CASE("groupnorm backward: 3 groups of 4 channels", NG_ERR_GROUPS_NOT_DIVISIBLE,
+       "not divisible", GBWD(&gp));
+  gp = gok, gp.groups = 8;
+  CASE("groupnorm: more groups (8) than channels (4)", NG_ERR_GROUPS_NOT_DIVISIBLE,
+       "not divisible by groups 8", GFWD(&gp, 0, NULL));
+  gp = gok, gp.groups = 0;
+  CASE("groupnorm: 0 groups", NG_ERR_INVALID_SHAPE, "at least 1", GFWD(&gp, 0, NULL));
+  gp = gok, gp.channels = 1, gp.groups = 1, gp.spatial = ((size_t)1 << 31) + 1;
+  CASE("groupnorm: spatial 2^31 + 1", NG_ERR_INDEX_OVERFLOW, "index range", GFWD(&gp, 0, NULL));
+  CASE("groupnorm: wait list count 1, list NULL", CL_INVALID_EVENT_WAIT_LIST, "NULL",
+       GFWD(&gok, 1, NULL));
+  CASE("groupnorm: mean of integers", NG_ERR_UNSUPPORTED_DTYPE, "mean",
+       ng_groupnorm_forward(e->ctx, e->queue, &gok, GX, GW, GW, GY, ng_tensor_of(gmo, 0, NG_I32),
+                            GRO, NONE, 0, NULL, NULL));
+
+  const ng_polynorm_params pok = {4, 8, 1e-6f};
+  ng_polynorm_params pp;
+  const ng_tensor PX = ng_tensor_of(px, 0, NG_F32), PW = ng_tensor_of(pw, 0, NG_F32),
+                  PY = ng_tensor_of(py, 0, NG_F32), PRO = ng_tensor_of(pro, 0, NG_F32);
+#define PFWD(p, x, w, nw, wl) ng_polynorm_forward(e->ctx, e->queue, p, x, w, NONE, PY, PRO, nw, wl, NULL)
+  CASE("polynorm: NULL weight", NG_ERR_NULL_BUFFER, "weight", PFWD(&pok, PX, NONE, 0, NULL));
+  CASE("polynorm: weight of 2 elements", NG_ERR_BUFFER_TOO_SMALL, "weight",
+       PFWD(&pok, PX, ng_tensor_of(pw, 1, NG_F32), 0, NULL));
+  pp = pok, pp.n = ((size_t)1 << 31) + 1;
+  CASE("polynorm: n = 2^31 + 1", NG_ERR_INDEX_OVERFLOW, "at most 2^31", PFWD(&pp, PX, PW, 0, NULL));
+  CASE("polynorm: wait list count 3, list NULL", CL_INVALID_EVENT_WAIT_LIST, "NULL",
+       PFWD(&pok, PX, PW, 3, NULL));
+  CASE("polynorm backward: rstd not f32", NG_ERR_UNSUPPORTED_DTYPE, "rstd",
+       ng_polynorm_backward(e->ctx, e->queue, &pok, PX, PX, PW, ng_tensor_of(pr, 0, NG_BF16),
+                            PY, NONE, NONE, 0, NONE, 0, NULL, NULL));
+
+  ng_flce_params fp = ng_flce_params_default(6, 4, 5);
+  ng_flce_tensors ftn;
+  memset(&ftn, 0, sizeof ftn);
+  ftn.input = ng_tensor_of(fi, 0, NG_F32);
+  ftn.weight = ng_tensor_of(fw, 0, NG_F32);
+  ftn.target = ng_tensor_of(ft, 0, NG_I64);
+  ftn.loss = ng_tensor_of(fl, 0, NG_F32);
+  ftn.dinput = ng_tensor_of(fdi, 0, NG_F32);
+  ftn.dweight = ng_tensor_of(fdw, 0, NG_F32);
+  ftn.bias = ftn.ce_weight = ftn.grad_output = ftn.z_loss = ftn.accuracy = ftn.dbias = NONE;
+  ftn.scratch = NONE;
+  CASE("flce: target 5 with V = 5", NG_ERR_TARGET_OUT_OF_RANGE, "target[4] = 5 lies outside [0, 5)",
+       ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 0, NULL, NULL));
+  ftn.target = ng_tensor_of(ft, 1, NG_I64); /* {4, -100, 2, 5, 1, past the end} */
+  CASE("flce: target buffer one element short", NG_ERR_BUFFER_TOO_SMALL, "target",
+       ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 0, NULL, NULL));
+  ftn.target = ng_tensor_of(ft, 0, NG_I64);
+  CASE("flce: wait list count 2, list NULL", CL_INVALID_EVENT_WAIT_LIST, "NULL",
+       ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 2, NULL, NULL));
+  CASE("flce: target of floats", NG_ERR_UNSUPPORTED_DTYPE, "target",
+       (ftn.target.dtype = NG_F32, ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 0, NULL, NULL)));
+  ftn.target.dtype = NG_I64;
+  fp.label_smoothing = 1.5f;
+  CASE("flce: label smoothing 1.5", NG_ERR_INVALID_VALUE, "label_smoothing",
+       ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 0, NULL, NULL));
+  fp.label_smoothing = 0;
+  fp.v = ((size_t)1 << 31) + 1;
+  CASE("flce: V = 2^31 + 1", NG_ERR_INDEX_OVERFLOW, "at most 2^31",
+       ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 0, NULL, NULL));
+#undef GFWD
+#undef GBWD
+#undef PFWD
+  cl_mem all[] = {gx, gw, gm, gy, gmo, gro, gdx, gdw, gdb, pw, pr, px, py, pro, fi, fw, ft, fl, fdi, fdw};
+  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
+  free(v);
+  fixture_free(&f);
+}
+
 /* A device allocation failure: the backward's dW scratch (groups · n · 4 bytes) made larger
  * than the device's largest allocation, with inputs that fit (they are never touched, so the
  * runtime does not commit their memory). The op must fail with the runtime's error after
@@ -381,6 +519,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rmsnorm_bad_input),
       cmocka_unit_test(test_context_bad_input),
+      cmocka_unit_test(test_other_ops_bad_input),
       cmocka_unit_test(test_device_allocation_failure),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

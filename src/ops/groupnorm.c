@@ -28,10 +28,13 @@ static ng_status check_params(ng_context *ctx, const ng_groupnorm_params *p, siz
   if (p->channels % p->groups != 0)
     return ng_fail(NG_ERR_GROUPS_NOT_DIVISIBLE, "channels %zu is not divisible by groups %zu",
                    p->channels, p->groups);
+  /* 2^31, not 2^32 − 1: the kernels step 32-bit counters by a work-group or by the grid, and a
+   * counter that wrapped past 2^32 would loop for ever */
+  const size_t lim = (size_t)1 << 31;
   size_t n, blocks, bc;
-  if (ng_mul_overflows(p->channels / p->groups, p->spatial, &n) || n > UINT32_MAX ||
-      ng_mul_overflows(p->batch, p->groups, &blocks) || blocks > UINT32_MAX ||
-      p->channels > UINT32_MAX || p->spatial > UINT32_MAX ||
+  if (ng_mul_overflows(p->channels / p->groups, p->spatial, &n) || n > lim ||
+      ng_mul_overflows(p->batch, p->groups, &blocks) || blocks > lim || p->channels > lim ||
+      p->spatial > lim ||
       ng_mul_overflows(p->batch, p->channels, &bc) || ng_mul_overflows(bc, p->spatial, count))
     return ng_fail(NG_ERR_INDEX_OVERFLOW,
                    "batch %zu x channels %zu x spatial %zu (groups %zu) exceeds the supported "
@@ -66,7 +69,7 @@ static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bo
     pl.U = (unsigned)(cg * pl.P);
   }
   size_t units;
-  if (ng_mul_overflows(blocks, pl.U, &units) || units > UINT32_MAX) { /* fall back: U = 1 */
+  if (ng_mul_overflows(blocks, pl.U, &units) || units > ((size_t)1 << 31)) { /* fall back: U = 1 */
     pl.k = (unsigned)cg, pl.P = 1, pl.Ls = (unsigned)p->spatial, pl.U = 1;
     units = blocks;
   }
@@ -98,7 +101,7 @@ typedef struct gn_bwd_layout {
 static ng_status bwd_layout(const ng_groupnorm_params *p, const gn_plan *pl, bool dw, bool db,
                             gn_bwd_layout *out) {
   size_t prows, pcount;
-  if (ng_mul_overflows(p->batch, pl->P, &prows) || prows > UINT32_MAX ||
+  if (ng_mul_overflows(p->batch, pl->P, &prows) || prows > ((size_t)1 << 31) ||
       ng_mul_overflows(prows, p->channels, &pcount) || pcount > SIZE_MAX / 16)
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
   out->prows = prows;
@@ -157,6 +160,7 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   size_t count = 0;
   ng_status s = check_params(ctx, p, &count);
   if (s == NG_SUCCESS) s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
   if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
@@ -215,6 +219,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   size_t count = 0;
   ng_status s = check_params(ctx, p, &count);
   if (s == NG_SUCCESS) s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
     s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);
