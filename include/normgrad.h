@@ -160,18 +160,91 @@ typedef enum ng_tune {
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
 
 typedef struct ng_context_stats {
-  uint64_t programs_built; /* programs compiled by this context */
+  uint64_t programs_built; /* programs compiled from source by this context */
   uint64_t cache_hits;     /* program look-ups served from the in-memory cache */
   uint64_t disk_hits;      /* programs loaded from the on-disk cache */
   uint64_t programs_cached; /* programs held in memory now */
+  uint64_t disk_misses;    /* on-disk look-ups that found no entry */
+  uint64_t disk_stores;    /* entries written to the on-disk cache */
+  uint64_t disk_rejects;   /* entries found but not used (truncated, corrupt, another key or
+                              driver, refused by the driver): rebuilt from source and replaced */
+  uint64_t disk_errors;    /* cache folder I/O failures (not creatable, read-only, full): the
+                              program was built from source and used, just not stored */
 } ng_context_stats;
 NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * On-disk program cache (docs/cache.md). Programs a context builds are also written, as the
+ * driver's binaries, into a cache folder, and later contexts, in this or any process, load them
+ * instead of compiling. An entry is keyed by platform, device, driver version, normgrad version,
+ * the program's source hash and its build options; one that is truncated, corrupt, written for
+ * another key or refused by the driver is rebuilt from source and replaced. Writes are atomic
+ * (temporary file + rename), so processes may share a folder. The cache never makes a call fail:
+ * when the folder cannot be created, read or written, programs are built from source as without
+ * it (counted in disk_errors).
+ *
+ * Folder of a new context: $NORMGRAD_CACHE_DIR; the value "off" turns the cache off; unset or
+ * empty: $XDG_CACHE_HOME/normgrad, else $HOME/.cache/normgrad, else off. Created (mode 0700) on
+ * the first store. Size bound: $NORMGRAD_CACHE_MAX_BYTES (bytes, or with a K/M/G/T suffix;
+ * 0 = none; default NG_CACHE_DEFAULT_MAX_BYTES); after each store, the least recently used
+ * entries (by file modification time, refreshed on every load) are removed until the folder's
+ * entries fit. Only files owned by the user and writable by nobody else are loaded.
+ * ------------------------------------------------------------------------------------------- */
+#define NG_CACHE_DEFAULT_MAX_BYTES (512ull << 20)
+
+/** Use `dir` (copied) as this context's cache folder, or NULL to turn its disk cache off.
+ *  Affects programs not yet in the context's memory cache. Thread-safe.
+ *  NG_ERR_INVALID_VALUE for "". */
+NG_API ng_status ng_context_set_cache_dir(ng_context *ctx, const char *dir);
+/** The context's cache folder into buf ("" when off); NG_ERR_INVALID_VALUE when `len` bytes
+ *  cannot hold it. */
+NG_API ng_status ng_context_get_cache_dir(const ng_context *ctx, char *buf, size_t len);
+/** Size bound applied after this context's stores (0 = none). Thread-safe. */
+NG_API ng_status ng_context_set_cache_max_bytes(ng_context *ctx, uint64_t max_bytes);
+/** The folder a context created now would use, from the environment ("" when off). */
+NG_API ng_status ng_cache_default_dir(char *buf, size_t len);
+
+/** One entry of a cache folder, as ng_cache_list shows it. Strings are "" when unreadable. */
+typedef struct ng_cache_entry {
+  const char *path;     /* the entry's file */
+  const char *program;  /* kernel source name, "rmsnorm" */
+  const char *options;  /* build options */
+  const char *device;   /* device name */
+  const char *driver;   /* driver version */
+  const char *platform; /* platform name */
+  const char *normgrad; /* normgrad version that wrote it */
+  uint64_t bytes;       /* file size */
+  int64_t last_used;    /* seconds since the epoch (written or last loaded) */
+  int valid;            /* 1 when length, header and checksums agree; a context still checks
+                           that the key matches its device and driver before using it */
+} ng_cache_entry;
+/** Return nonzero to stop the listing. The entry's strings live only during the call. */
+typedef int (*ng_cache_visit_fn)(const ng_cache_entry *entry, void *user);
+/** Call `visit` for every entry in `dir` (NULL = ng_cache_default_dir), most recently used
+ *  first. A folder that does not exist has no entries; NG_ERR_IO when it cannot be read,
+ *  NG_ERR_INVALID_VALUE when dir is NULL and the cache is off. */
+NG_API ng_status ng_cache_list(const char *dir, ng_cache_visit_fn visit, void *user);
+/** Remove every entry and leftover temporary file from `dir` (NULL = default); other files and
+ *  the folder stay. *removed (may be NULL) gets the number of files removed. NG_ERR_IO when a
+ *  file could not be removed (the others still are). */
+NG_API ng_status ng_cache_clear(const char *dir, uint64_t *removed);
+
+/** Get (build, or load from the disk cache) every program that `op` can use on the context's
+ *  device under its current ng_context_override settings — every activation dtype, weight dtype
+ *  or no weight, frozen combination and vector width, and their gradient reductions — so later
+ *  calls compile nothing. `op` is a name as normgrad-cli spells it ("rmsnorm"), or NULL for
+ *  every op. *programs (may be NULL) gets the number of distinct programs. NG_ERR_INVALID_VALUE
+ *  for an unknown op; a build failure is returned as the op itself would return it. */
+NG_API ng_status ng_prebuild(ng_context *ctx, const char *op, unsigned *programs);
+/** The i-th op name ng_prebuild accepts (i = 0, 1, …), NULL past the last. */
+NG_API const char *ng_prebuild_op_name(unsigned i);
+
+/* ---------------------------------------------------------------------------------------------
  * Profiling: the time of every kernel an op enqueues (its queue needs CL_QUEUE_PROFILING_ENABLE).
  * Between begin and end, every kernel (and GEMM) this thread enqueues through normgrad is
- * recorded; end waits for them and returns the sum of their END−START times. At most 64 kernels
- * are recorded (NG_ERR_INVALID_VALUE past that).
+ * recorded; end waits for them and returns the sum of their END−START times (a CLBlast GEMM,
+ * which runs several kernels, counts from just before its first to the end of its last). At most
+ * 2^20 are recorded (NG_ERR_INVALID_VALUE past that).
  * ------------------------------------------------------------------------------------------- */
 NG_API ng_status ng_profile_begin(void);
 NG_API ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels);
@@ -199,7 +272,7 @@ typedef enum ng_casting_mode {
  * RMSNorm. x[rows, n] → y[rows, n], rstd[rows] (f32). weight[n] optional; w' = offset + w.
  * ------------------------------------------------------------------------------------------- */
 typedef struct ng_rmsnorm_params {
-  size_t rows;
+  size_t rows; /* 1 … 2^31, and so is n; rows·n may exceed 2^32 (NG_ERR_INDEX_OVERFLOW past) */
   size_t n;
   float eps;
   float offset;
@@ -226,8 +299,85 @@ NG_API ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsn
                                                   int compute_dweight, size_t *bytes);
 
 /* ---- fused add + RMSNorm (issue 3) ---------------------------------------------------------- */
+/* s = rd(x + residual) (stored: it is the next layer's residual), y = RMSNorm(s) with the
+ * casting modes, offset and optional weight of ng_rmsnorm_*. Same fields as ng_rmsnorm_params. */
+typedef struct ng_fused_add_rmsnorm_params {
+  size_t rows;
+  size_t n;
+  float eps;
+  float offset;
+  ng_casting_mode casting_mode;
+} ng_fused_add_rmsnorm_params;
+
+/** x, residual, y and s share x's dtype (f32/f16/bf16); weight any float dtype, or mem NULL =
+ *  no weight; rstd[rows] f32. s may be the residual buffer itself (same offset: updated in
+ *  place). Errors as ng_rmsnorm_forward, plus NG_ERR_NULL_BUFFER for a missing residual or s. */
+NG_API ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                              const ng_fused_add_rmsnorm_params *p, ng_tensor x,
+                                              ng_tensor residual, ng_tensor weight, ng_tensor y,
+                                              ng_tensor s, ng_tensor rstd,
+                                              cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
+
+/** dx = RMSNormBackward(dy; s, rstd) + ds_out, written once: it is both the gradient of x and
+ *  of residual. ds_out (x's dtype) is the gradient reaching s from later layers; mem NULL = none
+ *  (not read; no zero buffer needed). dx may be the ds_out buffer itself (same offset). dy, s,
+ *  dx share a dtype. dweight (weight's dtype) mem NULL = frozen weight: built with
+ *  -DCOMPUTE_DW=0, no scratch, no reduction; dx is bit-identical either way. flags:
+ *  NG_ACCUMULATE_GRAD adds dweight to the buffer's contents. */
+NG_API ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                               const ng_fused_add_rmsnorm_params *p,
+                                               ng_tensor dy, ng_tensor ds_out, ng_tensor s,
+                                               ng_tensor weight, ng_tensor rstd, ng_tensor dx,
+                                               ng_tensor dweight, unsigned flags,
+                                               ng_tensor scratch,
+                                               cl_uint num_events_in_wait_list,
+                                               const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_fused_add_rmsnorm_backward needs (0 when compute_dweight is
+ *  0). */
+NG_API ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
+                                                            const ng_fused_add_rmsnorm_params *p,
+                                                            int compute_dweight, size_t *bytes);
 
 /* ---- LayerNorm (issue 3) -------------------------------------------------------------------- */
+/* mean = Σx/n, var = Σ(x − mean)²/n (two passes over the row), rstd = 1/sqrt(var + eps),
+ * y = rd(xhat·w + b) with xhat = (x − mean)·rstd; weight and bias each optional (absent: w = 1,
+ * b = 0). */
+typedef struct ng_layernorm_params {
+  size_t rows;
+  size_t n;
+  float eps;
+} ng_layernorm_params;
+
+/** x[rows, n] → y (x's dtype), mean[rows] and rstd[rows] (f32). weight[n] and bias[n] each
+ *  mem NULL = absent; when both are given they share a dtype (any of f32/f16/bf16, independent
+ *  of x's). NG_ERR_DTYPE_MISMATCH when y differs from x or bias from weight. */
+NG_API ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_layernorm_params *p, ng_tensor x,
+                                      ng_tensor weight, ng_tensor bias, ng_tensor y,
+                                      ng_tensor mean, ng_tensor rstd,
+                                      cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** dx (x's dtype) from dy, x, weight, mean, rstd. `bias` is not read: it says whether the layer
+ *  has a bias (and its dtype). dweight mem NULL = frozen weight (-DCOMPUTE_DW=0), dbias mem NULL
+ *  = frozen bias (-DCOMPUTE_DB=0), independently; each gradient has its parameter's dtype; with
+ *  both frozen there is no scratch and no reduction pass. dx is bit-identical whatever is frozen.
+ *  NG_ERR_INVALID_VALUE for a dweight without weight or a dbias without bias. flags:
+ *  NG_ACCUMULATE_GRAD adds to dweight/dbias instead of overwriting them. */
+NG_API ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_layernorm_params *p, ng_tensor dy, ng_tensor x,
+                                       ng_tensor weight, ng_tensor bias, ng_tensor mean,
+                                       ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                                       ng_tensor dbias, unsigned flags, ng_tensor scratch,
+                                       cl_uint num_events_in_wait_list,
+                                       const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_layernorm_backward needs (0 when both flags are 0). */
+NG_API ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
+                                                    int compute_dweight, int compute_dbias,
+                                                    size_t *bytes);
 
 /* ---- GroupNorm (issue 3) -------------------------------------------------------------------- */
 /* x[B, C, *spatial] viewed as [B, C, S] (S = product of the spatial dims, 1 for x[B, C]); groups
@@ -318,6 +468,112 @@ NG_API ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_pol
                                                    size_t *bytes);
 
 /* ---- fused linear + cross-entropy (issue 4) -------------------------------------------------- */
+/* loss = cross_entropy(input·weightᵀ + bias, target) (+ z-loss), with the gradients formed in the
+ * same pass, chunk by chunk over rows: the [BT, V] logits never exist, and neither does any
+ * [V, H] temporary (CLBlast's included). See docs/flce.md for the math and the memory bound. */
+typedef enum ng_reduction {
+  NG_REDUCTION_MEAN = 0, /* Σ loss / Σ_{non-ignored} ce_weight[target] (z-loss: / count) */
+  NG_REDUCTION_SUM = 1,
+  NG_REDUCTION_NONE = 2 /* one value per row; ignored rows give 0 */
+} ng_reduction;
+
+/* chunk_rows / scratch_budget / v_block: chosen by the op (the default). */
+#define NG_FLCE_AUTO 0u
+
+typedef struct ng_flce_params {
+  size_t bt, h, v;          /* rows, hidden size, vocabulary size (all ≥ 1) */
+  int64_t ignore_index;     /* rows whose target equals it are ignored (default -100) */
+  float label_smoothing;    /* ε in [0, 1] (torch's formula, class weights included) */
+  ng_reduction reduction;
+  float softcap;            /* 0 = off; c > 0: logits become c·tanh(z/c) before the loss */
+  float lse_square_scale;   /* z-loss λ ≥ 0: adds λ·lse² per non-ignored row (not weighted) */
+  float grad_output;        /* d(final loss)/d(loss) for mean/sum when no grad_output tensor */
+  size_t chunk_rows;        /* rows per chunk, or NG_FLCE_AUTO: the most that fit the budget
+                               (a multiple of 256 when at least 256) */
+  size_t scratch_budget;    /* bytes that everything the op allocates (its scratch and CLBlast's
+                               temporary) may take, for NG_FLCE_AUTO chunks; NG_FLCE_AUTO: 1/64
+                               of the device's memory, at least 256 MiB. Capped by the device's
+                               largest allocation. */
+  size_t v_block;           /* NG_FLCE_AUTO: split a product along V only where CLBlast would
+                               copy the whole weight, in blocks of max(chunk rounded up to 256,
+                               chunk·V/(4·H)) rows; n > 0: every product in blocks of n rows */
+} ng_flce_params;
+
+/** Defaults: ignore_index −100, no smoothing, mean, no softcap, no z-loss, grad_output 1, chunk,
+ *  budget and V-block NG_FLCE_AUTO. */
+NG_API ng_flce_params ng_flce_params_default(size_t bt, size_t h, size_t v);
+
+/* The op's tensors. Absent ones have mem NULL (ng_tensor_none()).
+ *   input      [bt, h]  f32, f16 or bf16
+ *   weight     [v, h]   f32
+ *   target     [bt]     i32 or i64, each in [0, v) or equal to ignore_index
+ *   bias       [v]      f32, optional
+ *   ce_weight  [v]      f32, optional class weights (torch's `weight`)
+ *   grad_output         f32: [bt] for reduction none (required); [1] for mean/sum (optional,
+ *                       read on the device instead of params.grad_output)
+ *   loss                f32: [bt] for none (ce + z-loss per row), else [1] (required)
+ *   z_loss              f32, optional, the z-loss part alone (same shape as loss)
+ *   accuracy            f32, optional: none: [bt] of 1/0 (argmax == target; 0 for ignored rows);
+ *                       mean/sum: [1], the fraction over non-ignored rows (0 when none are)
+ *   dinput     [bt, h]  input's dtype, optional (absent: the input needs no gradient). It may be
+ *                       the input itself (same buffer and offset): each chunk's rows are read
+ *                       before they are overwritten.
+ *   dweight    [v, h]   f32, optional (absent: frozen weight)
+ *   dbias      [v]      f32, optional (absent: frozen or no bias; needs bias)
+ *   scratch             f32 at offset 0, optional: at least ng_flce_info.peak_bytes bytes, used
+ *                       instead of allocating (not to be touched until the op's event completes)
+ * The argmax of `accuracy` is the first largest logit after bias and softcap. */
+typedef struct ng_flce_tensors {
+  ng_tensor input, weight, target, bias, ce_weight, grad_output;
+  ng_tensor loss, z_loss, accuracy, dinput, dweight, dbias;
+  ng_tensor scratch;
+} ng_flce_tensors;
+
+/* What a call does and allocates (ng_flce fills it; ng_flce_plan tells it beforehand). */
+typedef struct ng_flce_info {
+  size_t chunk_rows, chunks; /* rows per chunk, and chunks per call */
+  size_t v_block;            /* rows of weight per GEMM call where the weight is split */
+  size_t gemm_calls;         /* CLBlast calls per op call, all chunks */
+  size_t gemm_temp_bytes;    /* CLBlast's temporary buffer: the largest any call needs */
+  size_t gemm_temp_max[3];   /* ... of the logits, dinput and dweight products (0 if skipped) */
+  int gemm_strategy[3];      /* per product: 1 whole, 2 aligned part + blocks, 3 blocks, 0 skipped */
+  size_t scratch_bytes;      /* the op's own scratch: logits chunk, f32 input chunk, per-row values */
+  size_t peak_bytes;         /* all device memory the op allocates: scratch + CLBlast's temporary */
+} ng_flce_info;
+
+/** Forward and backward in one call. Validates everything (shapes, dtypes, buffer sizes, option
+ *  values), then reads `target` back to check it — so this call BLOCKS until the wait list has
+ *  completed and the targets are read: a target outside [0, v) that is not ignore_index returns
+ *  NG_ERR_TARGET_OUT_OF_RANGE (naming the row) before anything is written. Then enqueues the
+ *  whole op and returns; `event` completes when all of it has.
+ *  Every row's gradient is already scaled by grad_output (and by 1/Σ w[target] or 1/count for
+ *  mean), so nothing of size [v, h] is rescaled afterwards. With every row ignored the loss is 0
+ *  and all gradients are 0 (torch gives NaN). flags: NG_ACCUMULATE_GRAD adds dweight and dbias
+ *  into the caller's buffers (dinput is always overwritten). `info` (may be NULL) tells what was
+ *  allocated. Errors: NG_ERR_* for bad arguments, NG_ERR_INDEX_OVERFLOW when an operand exceeds
+ *  CLBlast's 32-bit indexing (offset + elements of weight, input or dinput ≥ 2^31),
+ *  NG_ERR_GEMM_FAILED (CLBlast status in the detail), OpenCL codes. */
+NG_API ng_status ng_flce(ng_context *ctx, cl_command_queue queue, const ng_flce_params *p,
+                         const ng_flce_tensors *t, unsigned flags, ng_flce_info *info,
+                         cl_uint num_events_in_wait_list, const cl_event *event_wait_list,
+                         cl_event *event);
+
+/** What ng_flce would do with these params: chunking, GEMM calls, bytes allocated (fills *info;
+ *  enqueues nothing). Only the presence (mem non-NULL), dtype and offset of each tensor matter
+ *  here: the buffers themselves are not inspected. Needs the queue (CLBlast's temporary sizes
+ *  depend on the device). */
+NG_API ng_status ng_flce_plan(ng_context *ctx, cl_command_queue queue, const ng_flce_params *p,
+                              const ng_flce_tensors *t, unsigned flags, ng_flce_info *info);
+
+/** Benchmarking aid: enqueue exactly the CLBlast calls ng_flce would make (same plan, same
+ *  scratch size, same buffers), and nothing else, so the op's time can be set against its GEMMs'.
+ *  The outputs it touches (dinput, dweight) hold meaningless values afterwards. Does not read the
+ *  targets and does not block. */
+NG_API ng_status ng_flce_gemms_only(ng_context *ctx, cl_command_queue queue,
+                                    const ng_flce_params *p, const ng_flce_tensors *t,
+                                    unsigned flags, ng_flce_info *info,
+                                    cl_uint num_events_in_wait_list,
+                                    const cl_event *event_wait_list, cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -2,29 +2,73 @@
  * cached program: a cl_kernel's arguments are not thread-safe to set, a cl_program is. */
 #include "ng_internal.h"
 
-#define NG_PROFILE_MAX 64
+#include <stdlib.h>
+
+/* Recorded entries grow as needed (an op like FLCE makes hundreds of GEMM calls); the arrays
+ * are freed by ng_profile_end. */
+#define NG_PROFILE_MAX (1u << 20)
 static _Thread_local struct {
   bool active, overflow;
-  unsigned count;
-  cl_event ev[NG_PROFILE_MAX];
+  unsigned count, cap;
+  cl_event *ev;
+  cl_event *from; /* span entries: timed from this event's END; else NULL */
 } prof;
 
 bool ng_profile_active(void) { return prof.active; }
 
+static bool profile_room(void) {
+  if (prof.count < prof.cap) return true;
+  unsigned nc = prof.cap ? prof.cap * 2 : 64;
+  if (prof.count >= NG_PROFILE_MAX) return false;
+  if (nc > NG_PROFILE_MAX) nc = NG_PROFILE_MAX;
+  cl_event *e = realloc(prof.ev, nc * sizeof *e);
+  if (!e) return false;
+  prof.ev = e;
+  cl_event *f = realloc(prof.from, nc * sizeof *f);
+  if (!f) return false;
+  prof.from = f;
+  prof.cap = nc;
+  return true;
+}
+
 void ng_profile_record(cl_event ev) {
   if (!prof.active || !ev) return;
-  if (prof.count == NG_PROFILE_MAX) {
+  if (!profile_room()) {
     prof.overflow = true;
     return;
   }
   clRetainEvent(ev);
+  prof.from[prof.count] = NULL;
   prof.ev[prof.count++] = ev;
+}
+
+void ng_profile_record_span(cl_event from, cl_event to) {
+  if (!prof.active || !from || !to) return;
+  if (!profile_room()) {
+    prof.overflow = true;
+    return;
+  }
+  clRetainEvent(from);
+  clRetainEvent(to);
+  prof.from[prof.count] = from;
+  prof.ev[prof.count++] = to;
+}
+
+static void profile_release_all(void) {
+  for (unsigned i = 0; i < prof.count; i++) {
+    clReleaseEvent(prof.ev[i]);
+    if (prof.from[i]) clReleaseEvent(prof.from[i]);
+  }
+  prof.count = 0;
+  free(prof.ev);
+  free(prof.from);
+  prof.ev = prof.from = NULL;
+  prof.cap = 0;
 }
 
 ng_status ng_profile_begin(void) {
   ng_clear_detail();
-  for (unsigned i = 0; i < prof.count; i++) clReleaseEvent(prof.ev[i]);
-  prof.count = 0;
+  profile_release_all();
   prof.overflow = false;
   prof.active = true;
   return NG_SUCCESS;
@@ -38,19 +82,21 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
   if (s == NG_SUCCESS && prof.count) s = clWaitForEvents(prof.count, prof.ev);
   for (unsigned i = 0; i < prof.count && s == NG_SUCCESS; i++) {
     cl_ulong a = 0, b = 0;
-    s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
+    if (prof.from[i])
+      s = clGetEventProfilingInfo(prof.from[i], CL_PROFILING_COMMAND_END, sizeof a, &a, NULL);
+    else
+      s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
     if (s == CL_SUCCESS)
       s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
     if (s != CL_SUCCESS) ng_fail(s, "profiling info not available (queue without profiling?)");
-    total += b - a;
+    total += b > a ? b - a : 0;
   }
   if (s == NG_SUCCESS && prof.overflow)
-    s = ng_fail(NG_ERR_INVALID_VALUE, "more than %d kernels between begin and end",
-                NG_PROFILE_MAX);
+    s = ng_fail(NG_ERR_INVALID_VALUE, "more than %u kernels between begin and end (or no host "
+                "memory to record them)", NG_PROFILE_MAX);
   if (kernel_ns) *kernel_ns = total;
   if (kernels) *kernels = prof.count;
-  for (unsigned i = 0; i < prof.count; i++) clReleaseEvent(prof.ev[i]);
-  prof.count = 0;
+  profile_release_all();
   prof.active = false;
   return s;
 }
@@ -58,7 +104,10 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
 ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
                      size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
                      const cl_event *wait, cl_event *event) {
-  cl_int e = CL_SUCCESS;
+  /* The ops check the wait list before anything else; this catches an op that does not, before
+   * the runtime dereferences a NULL list. */
+  cl_int e = ng_check_wait_list(nwait, nwait ? wait : NULL);
+  if (e != CL_SUCCESS) return e;
   cl_kernel k = clCreateKernel(prog, kname, &e);
   if (!k) return ng_fail(e, "clCreateKernel(%s) failed", kname);
   for (cl_uint i = 0; i < nargs && e == CL_SUCCESS; i++) {

@@ -103,6 +103,25 @@ done:
   return rc;
 }
 
+/* cli_bench_attach's table, reset by each cli_bench (one benchmark per process at a time). */
+#define MAX_ATTACH 8
+static const cli_bench_case *attached_case[MAX_ATTACH];
+static const cli_bench_more *attached_more[MAX_ATTACH];
+static int n_attached;
+
+void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more) {
+  if (n_attached < MAX_ATTACH) {
+    attached_case[n_attached] = c;
+    attached_more[n_attached++] = more;
+  }
+}
+
+static const cli_bench_more *more_of(const cli_bench_case *c) {
+  for (int i = 0; i < n_attached; i++)
+    if (attached_case[i] == c) return attached_more[i];
+  return NULL;
+}
+
 /* One repetition of a case: flush (untimed), then its kernels between profile begin/end. */
 static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, cl_mem flush,
                            size_t flush_bytes, unsigned rep, double *ns, unsigned *kernels) {
@@ -134,6 +153,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   memset(cases, 0, sizeof cases);
   int ncases = 0;
   void *state = NULL;
+  n_attached = 0;
   int rc = op->bench_setup(env, spec, o, cases, &ncases, &state, err, sizeof err);
   if (rc) return cli_error(rc, "bench %s: %s", op->name, *err ? err : "setup failed");
   int which = -1;
@@ -160,8 +180,13 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
 
   cl_mem flush = NULL;
   size_t flush_bytes = 0;
-  double *t = NULL;
-  unsigned kernels = 0, reps = 0;
+  double *t = NULL, *ts = NULL;
+  unsigned kernels = 0, sub_kernels = 0, reps = 0;
+  static const cli_bench_more none_more;
+  const cli_bench_more *more = more_of(c) ? more_of(c) : &none_more;
+  const bool sub = more->sub_run != NULL;
+  cli_bench_case subc = *c;
+  subc.run = more->sub_run;
   ng_status s = NG_SUCCESS;
   for (int i = 0; i < which && s == NG_SUCCESS; i++) { /* a backward needs the forward's stats */
     s = cases[i].run(env, state);
@@ -178,24 +203,35 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
     }
   }
   double ns = 0, t0 = now_s();
-  for (unsigned r = 0; r < WARMUP && s == NG_SUCCESS; r++)
+  for (unsigned r = 0; r < WARMUP && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, r, &ns, &kernels);
+    if (s == NG_SUCCESS && sub)
+      s = timed_run(env, &subc, state, flush, flush_bytes, r, &ns, &sub_kernels);
+  }
   if (s != NG_SUCCESS) goto failed;
   const double per_rep = (now_s() - t0) / WARMUP;
   reps = per_rep > 0 ? (unsigned)fmin(MAX_REPS, BUDGET_S / per_rep) : MAX_REPS;
   if (reps < MIN_REPS) reps = MIN_REPS;
   t = malloc(reps * sizeof *t);
-  if (!t) {
+  ts = malloc(reps * sizeof *ts);
+  if (!t || !ts) {
     rc = cli_error(CLI_DEVICE, "out of host memory");
     goto out;
   }
-  for (unsigned r = 0; r < reps && s == NG_SUCCESS; r++)
+  /* The second measurement alternates with the first, so both see the same device state. */
+  for (unsigned r = 0; r < reps && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, WARMUP + r, &t[r], &kernels);
+    if (s == NG_SUCCESS && sub)
+      s = timed_run(env, &subc, state, flush, flush_bytes, WARMUP + r, &ts[r], &sub_kernels);
+  }
   if (s != NG_SUCCESS) goto failed;
 
   {
     const double med_ns = median(t, reps), gbps = med_ns > 0 ? c->bytes / med_ns : 0;
     const double ratio = copy_gbps > 0 ? gbps / copy_gbps : 0;
+    const double sub_ns = sub ? median(ts, reps) : 0;
+    const double tflops = more->flops > 0 && med_ns > 0 ? more->flops / med_ns * 1e-3 : 0;
+    const double sub_tflops = more->flops > 0 && sub_ns > 0 ? more->flops / sub_ns * 1e-3 : 0;
     const char *dt = ng_dtype_name(spec->dtype);
     if (json) {
       cJSON *j = cJSON_CreateObject();
@@ -220,6 +256,22 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       ok = ok && cJSON_AddStringToObject(j, "device", dev.name);
       ok = ok && cJSON_AddStringToObject(j, "platform", dev.platform);
       ok = ok && cJSON_AddStringToObject(j, "driver", dev.driver);
+      if (more->flops > 0) {
+        ok = ok && cJSON_AddNumberToObject(j, "flops", more->flops);
+        ok = ok && cJSON_AddNumberToObject(j, "tflops", tflops);
+      }
+      if (sub) {
+        ok = ok &&
+             cJSON_AddStringToObject(j, "sub_pass", more->sub_pass ? more->sub_pass : "sub");
+        ok = ok && cJSON_AddNumberToObject(j, "sub_median_ms", sub_ns * 1e-6);
+        ok = ok && cJSON_AddNumberToObject(j, "sub_min_ms", ts[0] * 1e-6);
+        ok = ok && cJSON_AddNumberToObject(j, "sub_max_ms", ts[reps - 1] * 1e-6);
+        ok = ok && cJSON_AddNumberToObject(j, "sub_kernels", sub_kernels);
+        if (more->flops > 0) ok = ok && cJSON_AddNumberToObject(j, "sub_tflops", sub_tflops);
+      }
+      for (size_t x = 0; x < sizeof more->extra / sizeof more->extra[0]; x++)
+        if (more->extra[x].key)
+          ok = ok && cJSON_AddNumberToObject(j, more->extra[x].key, more->extra[x].value);
       char *txt = ok ? cJSON_PrintUnformatted(j) : NULL;
       cJSON_Delete(j);
       if (!txt) {
@@ -239,6 +291,22 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       printf("  moved      %.2f MB (every input read once, every output written once)\n",
              c->bytes / 1e6);
       printf("  bandwidth  %.2f GB/s = %.2f of copy (%.2f GB/s)\n", gbps, ratio, copy_gbps);
+      if (more->flops > 0)
+        printf("  compute    %.4g TFLOP/s (%.4g GFLOP per pass)\n", tflops, more->flops * 1e-9);
+      if (sub) {
+        printf("  %-10s %.4f ms  (min %.4f, max %.4f; %u kernels; timed alternately in this run)\n",
+               more->sub_pass ? more->sub_pass : "sub", sub_ns * 1e-6, ts[0] * 1e-6,
+               ts[reps - 1] * 1e-6, sub_kernels);
+        printf("  %-10s the whole pass takes %.3fx that time", "", sub_ns > 0 ? med_ns / sub_ns : 0);
+        if (more->flops > 0) printf(" (%.4g TFLOP/s)", sub_tflops);
+        printf("\n");
+      }
+      for (size_t x = 0; x < sizeof more->extra / sizeof more->extra[0]; x++)
+        if (more->extra[x].key) {
+          const double xv = more->extra[x].value;
+          printf(xv == floor(xv) && fabs(xv) < 1e15 ? "  %-20s %.0f\n" : "  %-20s %.4g\n",
+                 more->extra[x].key, xv);
+        }
     }
   }
   rc = CLI_OK;
@@ -248,6 +316,7 @@ failed:
   cli_error(rc, "bench %s %s: %s", op->name, c->pass, err);
 out:
   free(t);
+  free(ts);
   if (flush) clReleaseMemObject(flush);
   op->bench_cleanup(state);
   return rc;

@@ -52,6 +52,10 @@ typedef struct cli_options {
   float lse_square_scale;
   float grad_output;          /* --grad-output, default 1 */
   bool grad_output_set;
+  /* added for flce (0 = not given: the op chooses) */
+  long long vocab;            /* --vocab V: bench flce's vocabulary size (default 32000) */
+  long long chunk_rows;       /* --chunk-rows N */
+  long long scratch_budget;   /* --scratch-budget BYTES */
 } cli_options;
 
 /* ---- device environment ---------------------------------------------------------------------- */
@@ -126,6 +130,10 @@ typedef struct cli_command {
   const char *summary; /* one line for `normgrad-cli --help` */
   const char *usage;   /* full text for `normgrad-cli NAME --help` */
 } cli_command;
+
+/* `cache list|clear|prebuild` (cache_cmd.c): its function and usage text for the table. */
+int cli_cmd_cache(int argc, char **argv);
+extern const char cli_cache_usage[];
 
 /* Print "normgrad-cli: <message>\n" on stderr; returns `code` so callers can `return cli_error(…)`. */
 int cli_error(int code, const char *fmt, ...)
@@ -244,5 +252,28 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
  * when `json`. Returns the exit code. */
 int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
               const char *pass, bool json);
+
+/* More to report about a case, for ops that are compute-bound or allocate (added for flce).
+ * Zero/NULL fields are absent from the report. */
+typedef struct cli_bench_more {
+  double flops;         /* floating-point operations of one pass: reported as TFLOP/s too */
+  const char *sub_pass; /* a second measurement timed in the same run, alternating with the */
+  ng_status (*sub_run)(cli_env *env, void *state); /* case's own (flce: its GEMMs alone) */
+  struct {
+    const char *key; /* NULL = unused */
+    double value;
+  } extra[10]; /* more numbers (flce: the extra device memory it allocates, …) */
+} cli_bench_more;
+/* For bench_setup: attach `more` to `c`, one of the cases it fills in. Kept by pointer: it must
+ * stay valid until bench_cleanup (put it in the op's state). */
+void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more);
+
+/* ---- entry point (main.c; main() itself is in entry.c) -----------------------------------------
+ * cli_main is the whole tool: argv as main() gets it, the process exit code back. With
+ * cli_parse_only set, every subcommand returns CLI_OK as soon as its arguments have been parsed
+ * and checked, before it reads a file, opens a device or prints a result; errors are reported
+ * exactly as without it. The argument fuzzer (tests/fuzz/fuzz_args.c) runs in that mode. */
+int cli_main(int argc, char **argv);
+extern bool cli_parse_only;
 
 #endif

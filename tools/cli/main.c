@@ -13,6 +13,8 @@
 
 #define ERRLEN 1024
 
+bool cli_parse_only = false;
+
 int cli_error(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -173,6 +175,14 @@ static int op_option(args *a, cli_options *o, char *err, size_t errlen) {
     if (!rc) o->grad_output_set = true;
     return rc;
   }
+  long long *ll = !strcmp(n, "--vocab")            ? &o->vocab
+                  : !strcmp(n, "--chunk-rows")     ? &o->chunk_rows
+                  : !strcmp(n, "--scratch-budget") ? &o->scratch_budget
+                                                   : NULL;
+  if (ll) {
+    VALUE();
+    return cli_parse_ll(n, v, 1, n[2] == 's' ? INT64_MAX : INT32_MAX, ll, err, errlen);
+  }
 #undef VALUE
   bool *flag = !strcmp(n, "--freeze-weight")   ? &o->freeze_weight
                : !strcmp(n, "--freeze-bias")   ? &o->freeze_bias
@@ -253,6 +263,7 @@ static int cmd_devices(int argc, char **argv) {
       return cli_error(CLI_USAGE, "devices: unknown option '%s'", a.name);
     }
   }
+  if (cli_parse_only) return CLI_OK;
   cl_uint count = 0;
   ng_status s = ng_list_devices(NULL, 0, &count);
   if (s != NG_SUCCESS) {
@@ -330,6 +341,7 @@ static int cmd_run(int argc, char **argv) {
   if (rc) return rc;
   if (!in) return cli_error(CLI_USAGE, "run: missing --in IN.safetensors");
   if (!out) return cli_error(CLI_USAGE, "run: missing --out OUT.safetensors");
+  if (cli_parse_only) return CLI_OK;
 
   cli_tensors tin = {0}, tout = {0};
   rc = cli_st_read(in, &tin, err, sizeof err);
@@ -418,6 +430,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!op->bench_setup) return cli_error(CLI_USAGE, "bench: op '%s' has no benchmark", op->name);
   cli_bench_spec spec = {(size_t)rows, (size_t)hidden, (ng_dtype)dtype, o.freeze_weight,
                          o.freeze_bias};
+  if (cli_parse_only) return CLI_OK;
   cli_env env;
   rc = cli_env_open(dev, &env, err, sizeof err);
   if (rc) return cli_error(rc, "bench %s: %s", op->name, err);
@@ -437,6 +450,7 @@ static int cmd_inspect(int argc, char **argv) {
     file = pos;
   }
   if (!file) return cli_error(CLI_USAGE, "inspect: missing FILE");
+  if (cli_parse_only) return CLI_OK;
   cli_tensors ts = {0};
   char err[ERRLEN];
   int rc = cli_st_read(file, &ts, err, sizeof err);
@@ -486,7 +500,11 @@ static int cmd_inspect(int argc, char **argv) {
   "  --reduction R           FLCE: mean (default), sum, none\n"                                  \
   "  --softcap F             FLCE: logit soft-capping c·tanh(z/c); 0 = off\n"                    \
   "  --lse-square-scale F    FLCE: z-loss weight (default 0)\n"                                  \
-  "  --grad-output F         FLCE: scalar upstream gradient (default 1)\n"
+  "  --grad-output F         FLCE: scalar upstream gradient (default 1)\n"                       \
+  "  --vocab V               FLCE bench: vocabulary size (default 32000)\n"                      \
+  "  --chunk-rows N          FLCE: rows per chunk (default: the most the scratch budget allows)\n" \
+  "  --scratch-budget B      FLCE: bytes the op may allocate (default 1/64 of device memory,\n"  \
+  "                          at least 256 MiB)\n"
 
 static int cmd_help(int argc, char **argv);
 
@@ -511,6 +529,11 @@ static const cli_command commands[] = {
      "  rmsnorm: inputs x [..., N], weight [N] (optional), dy like x (optional)\n"
      "           outputs y, rstd (F32, x's shape without the last dim; [1] for 1-D x),\n"
      "           dx, dweight (absent without weight or with --freeze-weight)\n"
+     "  flce:    inputs input [..., H], weight [V, H] F32, target (input's shape without H;\n"
+     "           I32/I64), bias [V], ce_weight [V], grad_output ([] or [1]; like target for\n"
+     "           --reduction none), the last three optional; outputs loss, z_loss (F32; []\n"
+     "           or like target), dinput (unless --no-input-grad), dweight (unless\n"
+     "           --freeze-weight), dbias (with bias, unless --freeze-bias)\n"
      "  --device SEL   index from `normgrad-cli devices` or a name substring\n"
      "                 (default: NORMGRAD_DEVICE, else the first GPU, else the first device)\n" OP_OPTIONS_HELP
      "Exit: 0 ok, 2 usage or bad input, 3 device or OpenCL failure.\n"},
@@ -532,6 +555,7 @@ static const cli_command commands[] = {
      "\n"
      "Checks FILE like `run` does and prints each tensor's name, dtype and shape, with the\n"
      "minimum, maximum and mean of its finite values (and the count of NaN/Inf ones).\n"},
+    {"cache", cli_cmd_cache, "list, clear or fill the on-disk program cache", cli_cache_usage},
     {"help", cmd_help, "help for a subcommand", "usage: normgrad-cli help [SUBCOMMAND]\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -572,7 +596,7 @@ static int cmd_help(int argc, char **argv) {
   return CLI_OK;
 }
 
-int main(int argc, char **argv) {
+int cli_main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;
