@@ -250,6 +250,8 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
                        __global float *rstd, ulong rstd_off, __global const float *part,
                        ulong part_off, uint units, uint G, uint Cg, uint S, uint U, uint k,
                        uint P, uint Ls, float eps) {
+  __local uint ln[WG];
+  __local float lh[WG], ll[WG], lm[WG];
   const uint lid = get_local_id(0);
   x += x_off;
   y += y_off;
@@ -259,12 +261,14 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
   for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
     const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+    /* work-item lid merges partials lid, lid + WG, …; then the fixed tree of gn_wg_merge */
     gn_st st = {0u, 0.0f, 0.0f, 0.0f};
     __global const float *pp = part + (ulong)t.blk * U * 4;
-    for (uint u = 0; u < U; u++, pp += 4) {
-      const gn_st o = {as_uint(pp[0]), pp[1], pp[2], pp[3]};
+    for (uint u = lid; u < U; u += WG) {
+      const gn_st o = {as_uint(pp[4 * u]), pp[4 * u + 1], pp[4 * u + 2], pp[4 * u + 3]};
       st = gn_merge(st, o);
     }
+    st = gn_wg_merge(st, ln, lh, ll, lm);
     const float nf = (float)st.n;
     const float mu = (st.hi + st.lo) / nf;
     const float rs = rsqrt(st.m2 / nf + eps);
@@ -392,6 +396,8 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
                     ulong rstd_off, __global XT *dx, ulong dx_off, __global const float *part,
                     ulong part_off, uint units, uint G, uint Cg, uint S, uint U, uint k, uint P,
                     uint Ls) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
   dy += dy_off;
   x += x_off;
   dx += dx_off;
@@ -401,9 +407,11 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
   for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
     const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
-    float s1 = 0.0f, s2 = 0.0f;
+    float s1 = 0.0f, s2 = 0.0f; /* strided over the work-group, then a fixed-order sum */
     __global const float *pp = part + (ulong)t.blk * U * 2;
-    for (uint u = 0; u < U; u++, pp += 2) s1 += pp[0], s2 += pp[1];
+    for (uint u = lid; u < U; u += WG) s1 += pp[2 * u], s2 += pp[2 * u + 1];
+    s1 = ng_wg_sum(s1, red);
+    s2 = ng_wg_sum(s2, red);
     const float nf = (float)(Cg * S);
     gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s1 / nf,
           s2 / nf, w, w_off, pdt, has_w);

@@ -393,7 +393,10 @@ typedef struct ng_groupnorm_params {
   size_t groups;   /* G, 1 ≤ G ≤ C */
   float eps;       /* finite, ≥ 0 */
 } ng_groupnorm_params;
-/* Limits: (C/G)·S, B·G, C and S at most 2^31 (NG_ERR_INDEX_OVERFLOW). */
+/* Errors of every GroupNorm call, before anything is enqueued: NG_ERR_GROUPS_NOT_DIVISIBLE
+ * (C % G != 0, including G > C), NG_ERR_INVALID_SHAPE (a zero size), NG_ERR_INDEX_OVERFLOW
+ * ((C/G)·S, B·G, C or S above 2^31, or B·C·S overflowing), NG_ERR_INVALID_VALUE (eps, flags,
+ * dweight without weight), and the buffer, offset and dtype errors of the table. */
 
 /** y (x's dtype) and mean, rstd ([B, G], f32) from x. `scratch`: see the note above the RMSNorm
  *  section; the forward needs one only when few, large groups are split over several work-groups
@@ -435,11 +438,14 @@ NG_API ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx,
  * weight[3] is required, bias[1] optional (mem NULL: b = 0); both share one dtype (f32, f16 or
  * bf16), independent of x's. Saved rstd[rows, 3] = (rstd3, rstd2, rstd1), f32. */
 typedef struct ng_polynorm_params {
-  size_t rows;
-  size_t n;
-  float eps; /* finite, ≥ 0 */
+  size_t rows; /* ≥ 1, rows·3 below 2^32 */
+  size_t n;    /* ≥ 1, below 2^32 */
+  float eps;   /* finite, ≥ 0 */
 } ng_polynorm_params;
 
+/** y (x's dtype) and rstd ([rows, 3], f32) from x, weight[3] and the optional bias[1]. Errors:
+ *  NG_ERR_INVALID_SHAPE, NG_ERR_INDEX_OVERFLOW, NG_ERR_INVALID_VALUE (eps), NG_ERR_NULL_BUFFER
+ *  (no weight), and the buffer, offset and dtype errors of the table. */
 NG_API ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue,
                                      const ng_polynorm_params *p, ng_tensor x, ng_tensor weight,
                                      ng_tensor bias, ng_tensor y, ng_tensor rstd,

@@ -282,8 +282,11 @@ static void test_workgroup_shape(void **state) {
                 {1, 4, 1031, 2, 0, NG_F32},
                 {4, 12, 1, 12, 0, NG_F32},
                 {2, 2, 2048, 1, 0, NG_BF16}};
-  for (int forced = 0; forced < 2; forced++) {
-    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, forced ? 24 : 5));
+  /* 5 groups: whole blocks; 24: a few units per block; 200: more units per block than
+   * work-items, so each work-item merges several partials */
+  const unsigned group_counts[] = {5, 24, 200};
+  for (int forced = 0; forced < 3; forced++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, group_counts[forced]));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
       for (int v = 0; v < 2; v++) {
         gn_case c = mk(shapes[i].B, shapes[i].C, shapes[i].S, shapes[i].G, shapes[i].xd,
