@@ -142,6 +142,12 @@ ng_status ng_scratch_acquire(ng_context *ctx, ng_tensor caller, size_t bytes, ng
     out->offset_bytes = caller.offset * 4;
     return NG_SUCCESS;
   }
+  /* Some drivers (NVIDIA's) allocate on first use, so an oversized buffer would only fail once
+   * a kernel runs, after other outputs were written: refuse it here, before anything is enqueued. */
+  if (ctx->info.max_alloc && bytes > ctx->info.max_alloc)
+    return ng_fail(CL_INVALID_BUFFER_SIZE,
+                   "scratch: %zu bytes exceed the device's largest allocation (%llu bytes)", bytes,
+                   (unsigned long long)ctx->info.max_alloc);
   cl_int e = CL_SUCCESS;
   out->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
   if (!out->mem) return ng_fail(e, "scratch: clCreateBuffer(%zu bytes) failed", bytes);

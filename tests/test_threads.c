@@ -296,7 +296,8 @@ static void test_first_calls_from_eight_threads(void **state) {
   NG_OK(ng_context_get_stats(ctx, &st));
   assert_int_equal(st.programs_cached, ref_st.programs_cached);
   assert_int_equal(lookups(&st), THREADS * lookups(&ref_st));
-  assert_true(st.programs_built >= st.programs_cached);
+  /* every cached program was compiled here or loaded from the on-disk cache */
+  assert_true(st.programs_built + st.disk_hits >= st.programs_cached);
   for (int t = 0; t < THREADS; t++) {
     for (int op = 0; op < NOPS; op++) free_bufs(&wk[t].b[op]);
     clReleaseCommandQueue(wk[t].q);
