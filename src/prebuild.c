@@ -14,7 +14,9 @@
 
 #define NG_PREBUILD_OPS(X)                                                                       \
   X("rmsnorm", ng_rmsnorm_for_each_variant)                                                      \
-  X("fused-add-rmsnorm", ng_fused_add_rmsnorm_for_each_variant)
+  X("fused-add-rmsnorm", ng_fused_add_rmsnorm_for_each_variant)                                  \
+  X("groupnorm", ng_groupnorm_for_each_variant)                                                  \
+  X("polynorm", ng_polynorm_for_each_variant)
 
 #define NG_DECLARE_(cli_name, fn) ng_status fn(ng_context *ctx, ng_variant_fn f, void *user);
 NG_PREBUILD_OPS(NG_DECLARE_)

@@ -461,6 +461,58 @@ static void test_deterministic(void **state) {
   clReleaseMemObject(bdw), clReleaseMemObject(bdb);
 }
 
+/* After ng_prebuild("groupnorm"), no call of any x dtype, parameter dtype, frozen combination or
+ * alignment, whole-block or split, gets a program it does not already hold. */
+static void test_prebuild(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_context *c = NULL; /* a context of its own: the shared one holds earlier tests' programs */
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  unsigned count = 0;
+  NG_OK(ng_prebuild(c, "groupnorm", &count));
+  /* one launch shape on a CPU: 2 alignments × 3 x dtypes × (forward + 4 backward) + 3 reductions */
+  if (e->is_cpu) assert_int_equal(count, 33);
+  ng_context_stats before, after;
+  NG_OK(ng_context_get_stats(c, &before));
+  const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  for (int split = 0; split < 2; split++) {
+    NG_OK(ng_context_override(c, NG_TUNE_GROUPS, split ? 40 : NG_TUNE_AUTO));
+    for (int xi = 0; xi < 3; xi++)
+      for (int fr = 0; fr < 4; fr++)
+        for (size_t off = 0; off <= 3; off += 3) {
+          const size_t B = 2, C = 4, S = 16, G = 2, cnt = B * C * S;
+          const ng_dtype xd = fl[xi], wd = fl[(xi + fr) % 3];
+          cl_mem bx = ng_test_upload(xd, NULL, cnt, off, 0);
+          cl_mem by = ng_test_upload(xd, NULL, cnt, off, 0);
+          cl_mem bdx = ng_test_upload(xd, NULL, cnt, off, 0);
+          cl_mem bw = ng_test_upload(wd, NULL, C, off, 0);
+          cl_mem bdw = ng_test_upload(wd, NULL, C, off, 0);
+          cl_mem bdb = ng_test_upload(wd, NULL, C, off, 0);
+          cl_mem bm = ng_test_upload(NG_F32, NULL, B * G, off, 0);
+          cl_mem br = ng_test_upload(NG_F32, NULL, B * G, off, 0);
+          ng_groupnorm_params p = {B, C, S, G, 1e-5f};
+          const ng_tensor tw = ng_tensor_of(bw, off, wd), tm = ng_tensor_of(bm, off, NG_F32);
+          const ng_tensor tr = ng_tensor_of(br, off, NG_F32);
+          const ng_tensor tdw = fr & 1 ? ng_tensor_none() : ng_tensor_of(bdw, off, wd);
+          const ng_tensor tdb = fr & 2 ? ng_tensor_none() : ng_tensor_of(bdb, off, wd);
+          NG_OK(ng_groupnorm_forward(c, e->queue, &p, ng_tensor_of(bx, off, xd), tw, tw,
+                                     ng_tensor_of(by, off, xd), tm, tr, ng_tensor_none(), 0, NULL,
+                                     NULL));
+          NG_OK(ng_groupnorm_backward(
+              c, e->queue, &p, ng_tensor_of(by, off, xd), ng_tensor_of(bx, off, xd), tw, tm, tr,
+              ng_tensor_of(bdx, off, xd), tdw, tdb, 0, ng_tensor_none(), 0, NULL, NULL));
+          CL_OK(clFinish(e->queue));
+          cl_mem ms[] = {bx, by, bdx, bw, bdw, bdb, bm, br};
+          for (size_t i = 0; i < NG_ARRAY_LEN(ms); i++) clReleaseMemObject(ms[i]);
+        }
+  }
+  NG_OK(ng_context_get_stats(c, &after));
+  assert_int_equal(after.programs_built, before.programs_built);
+  assert_int_equal(after.disk_hits, before.disk_hits);
+  assert_int_equal(after.disk_misses, before.disk_misses);
+  ng_context_release(c);
+}
+
 /* ---- validation: every error comes back before anything is written ------------------------- */
 typedef struct err_bufs {
   cl_mem x, w, b, y, m, r, dy, dx, dw, db, sc, wh, small;
@@ -638,7 +690,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup(f, reset_overrides)
       T(test_errors),        T(test_matrix),          T(test_shapes),
       T(test_split),         T(test_workgroup_shape), T(test_finite_difference),
-      T(test_deterministic), T(test_large_group),
+      T(test_deterministic), T(test_large_group),     T(test_prebuild),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

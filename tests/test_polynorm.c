@@ -340,6 +340,53 @@ static void test_deterministic(void **state) {
   clReleaseMemObject(bdx), clReleaseMemObject(bdw), clReleaseMemObject(bdb), clReleaseMemObject(sc);
 }
 
+/* After ng_prebuild("polynorm"), no call of any x dtype, parameter dtype, frozen combination or
+ * alignment gets a program it does not already hold. */
+static void test_prebuild(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_context *c = NULL; /* a context of its own: the shared one holds earlier tests' programs */
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  unsigned count = 0;
+  NG_OK(ng_prebuild(c, "polynorm", &count));
+  /* one launch shape on a CPU: 2 alignments × 3 x dtypes × (forward + 4 backward) + 3 reductions */
+  if (e->is_cpu) assert_int_equal(count, 33);
+  ng_context_stats before, after;
+  NG_OK(ng_context_get_stats(c, &before));
+  const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  for (int xi = 0; xi < 3; xi++)
+    for (int fr = 0; fr < 4; fr++)
+      for (size_t off = 0; off <= 3; off += 3) {
+        const size_t rows = 3, n = 40, cnt = rows * n;
+        const ng_dtype xd = fl[xi], wd = fl[(xi + fr) % 3];
+        cl_mem bx = ng_test_upload(xd, NULL, cnt, off, 0);
+        cl_mem by = ng_test_upload(xd, NULL, cnt, off, 0);
+        cl_mem bdx = ng_test_upload(xd, NULL, cnt, off, 0);
+        cl_mem bw = ng_test_upload(wd, NULL, 3, off, 0);
+        cl_mem bdw = ng_test_upload(wd, NULL, 3, off, 0);
+        cl_mem bdb = ng_test_upload(wd, NULL, 1, off, 0);
+        cl_mem br = ng_test_upload(NG_F32, NULL, rows * 3, off, 0);
+        ng_polynorm_params p = {rows, n, 1e-6f};
+        const ng_tensor tw = ng_tensor_of(bw, off, wd), tr = ng_tensor_of(br, off, NG_F32);
+        const ng_tensor tdw = fr & 1 ? ng_tensor_none() : ng_tensor_of(bdw, off, wd);
+        const ng_tensor tdb = fr & 2 ? ng_tensor_none() : ng_tensor_of(bdb, off, wd);
+        NG_OK(ng_polynorm_forward(c, e->queue, &p, ng_tensor_of(bx, off, xd), tw,
+                                  ng_tensor_of(bdb, off, wd), ng_tensor_of(by, off, xd), tr, 0,
+                                  NULL, NULL));
+        NG_OK(ng_polynorm_backward(c, e->queue, &p, ng_tensor_of(by, off, xd),
+                                   ng_tensor_of(bx, off, xd), tw, tr, ng_tensor_of(bdx, off, xd),
+                                   tdw, tdb, 0, ng_tensor_none(), 0, NULL, NULL));
+        CL_OK(clFinish(e->queue));
+        cl_mem ms[] = {bx, by, bdx, bw, bdw, bdb, br};
+        for (size_t i = 0; i < NG_ARRAY_LEN(ms); i++) clReleaseMemObject(ms[i]);
+      }
+  NG_OK(ng_context_get_stats(c, &after));
+  assert_int_equal(after.programs_built, before.programs_built);
+  assert_int_equal(after.disk_hits, before.disk_hits);
+  assert_int_equal(after.disk_misses, before.disk_misses);
+  ng_context_release(c);
+}
+
 static void test_errors(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -471,6 +518,7 @@ int main(void) {
       T(test_workgroup_shape),
       T(test_finite_difference),
       T(test_deterministic),
+      T(test_prebuild),
       T(test_shapes),
 #undef T
   };

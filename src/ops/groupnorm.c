@@ -80,12 +80,25 @@ static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bo
   return pl;
 }
 
-static void base_opts(ng_opts *o, const gn_plan *pl, ng_dtype x_dtype) {
+/* Build options of the forward and backward programs; the launch path and
+ * ng_groupnorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use. */
+static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool bwd) {
   ng_opts_init(o);
   ng_opts_add(o, "DTYPE", x_dtype);
-  ng_opts_add(o, "VEC", pl->l.vec);
-  ng_opts_add(o, "WG", pl->l.wg);
-  if (pl->l.nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_opts_add(o, "VEC", l->vec);
+  ng_opts_add(o, "WG", l->wg);
+  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_opts_add(o, "BWD", bwd);
+}
+
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype) {
+  pass_opts(o, l, x_dtype, false);
+}
+
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw, bool db) {
+  pass_opts(o, l, x_dtype, true);
+  ng_opts_add(o, "COMPUTE_DW", dw);
+  ng_opts_add(o, "COMPUTE_DB", db);
 }
 
 static size_t fwd_scratch_floats(const gn_plan *pl) {
@@ -176,8 +189,7 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
       ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   ng_opts o;
-  base_opts(&o, &pl, x.dtype);
-  ng_opts_add(&o, "BWD", 0);
+  fwd_opts(&o, &pl.l, x.dtype);
   cl_program prog;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -249,10 +261,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   s = bwd_layout(p, &pl, compute_dw, compute_db, &lay);
   if (s != NG_SUCCESS) return s;
   ng_opts o;
-  base_opts(&o, &pl, x.dtype);
-  ng_opts_add(&o, "BWD", 1);
-  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  ng_opts_add(&o, "COMPUTE_DB", compute_db);
+  bwd_opts(&o, &pl.l, x.dtype, compute_dw, compute_db);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s == NG_SUCCESS && (compute_dw || compute_db))
@@ -296,5 +305,32 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dbo, (unsigned)lay.prows, p->channels,
                                    dbias, acc, 0, NULL, event);
   ng_scratch_release(&sc);
+  return s;
+}
+
+/* Every program a call can use on ctx's device: per x dtype and alignment, the forward and the
+ * four frozen combinations of the backward, for every work-group size the launch choice can give
+ * (spatial lengths of every power of two are asked for), and the gradient reductions. */
+ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int aligned = 1; aligned >= 0; aligned--)
+    for (size_t S = 1; S <= ((size_t)1 << 26); S *= 2) {
+      const ng_row_launch l = ng_choose_row_launch(ctx, SIZE_MAX, S, aligned != 0, false);
+      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+        for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
+          ng_opts o;
+          if (v == 0)
+            fwd_opts(&o, &l, fl[xi]);
+          else
+            bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+          s = fn(ctx, "groupnorm", &o, user);
+        }
+    }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
   return s;
 }

@@ -20,6 +20,21 @@ static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
   return s;
 }
 
+/* Build options of the forward and backward programs; the launch path and
+ * ng_polynorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use. */
+static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool bwd, bool dw,
+                      bool db) {
+  ng_opts_init(o);
+  ng_opts_add(o, "DTYPE", x_dtype);
+  ng_opts_add(o, "VEC", l->vec);
+  ng_opts_add(o, "WG", l->wg);
+  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_opts_add(o, "BWD", bwd);
+  if (!bwd) return;
+  ng_opts_add(o, "COMPUTE_DW", dw);
+  ng_opts_add(o, "COMPUTE_DB", db);
+}
+
 /* The row launch, the same for forward, backward and the scratch query (the group count, which
  * sizes the partials, does not depend on alignment). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok) {
@@ -46,12 +61,7 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok);
   ng_opts o;
-  ng_opts_init(&o);
-  ng_opts_add(&o, "DTYPE", x.dtype);
-  ng_opts_add(&o, "VEC", l.vec);
-  ng_opts_add(&o, "WG", l.wg);
-  if (l.nv_shfl) ng_opts_add(&o, "NG_NV_SHFL", 1);
-  ng_opts_add(&o, "BWD", 0);
+  pass_opts(&o, &l, x.dtype, false, false, false);
   cl_program prog;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -109,14 +119,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                       ng_vec_aligned(ctx, dx, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok);
   ng_opts o;
-  ng_opts_init(&o);
-  ng_opts_add(&o, "DTYPE", x.dtype);
-  ng_opts_add(&o, "VEC", l.vec);
-  ng_opts_add(&o, "WG", l.wg);
-  if (l.nv_shfl) ng_opts_add(&o, "NG_NV_SHFL", 1);
-  ng_opts_add(&o, "BWD", 1);
-  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  ng_opts_add(&o, "COMPUTE_DB", compute_db);
+  pass_opts(&o, &l, x.dtype, true, compute_dw, compute_db);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s == NG_SUCCESS && (compute_dw || compute_db))
@@ -148,5 +151,29 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdb, l.groups, 1, dbias, acc, 0, NULL,
                                    event);
   ng_scratch_release(&sc);
+  return s;
+}
+
+/* Every program a call can use on ctx's device: per x dtype and alignment, the forward and the
+ * four frozen combinations of the backward, for every work-group size the launch choice can give
+ * (row lengths of every power of two are asked for), and the gradient reductions. */
+ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int aligned = 1; aligned >= 0; aligned--)
+    for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
+      const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
+      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+        for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
+          ng_opts o;
+          pass_opts(&o, &l, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
+          s = fn(ctx, "polynorm", &o, user);
+        }
+    }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
   return s;
 }
