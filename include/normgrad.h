@@ -489,7 +489,7 @@ typedef struct ng_flce_params {
   float lse_square_scale;   /* z-loss λ ≥ 0: adds λ·lse² per non-ignored row (not weighted) */
   float grad_output;        /* d(final loss)/d(loss) for mean/sum when no grad_output tensor */
   size_t chunk_rows;        /* rows per chunk, or NG_FLCE_AUTO: the most that fit the budget
-                               (a multiple of 256 when at least 256) */
+                               (a multiple of 256, or of 64 below that, unless all of bt) */
   size_t scratch_budget;    /* bytes that everything the op allocates (its scratch and CLBlast's
                                temporary) may take, for NG_FLCE_AUTO chunks; NG_FLCE_AUTO: 1/64
                                of the device's memory, at least 256 MiB. Capped by the device's

@@ -298,9 +298,18 @@ static ng_status plan_for(ng_context *ctx, cl_command_queue q, const ng_flce_par
 }
 
 static size_t max_chunk_rows(const ng_flce_params *p) {
-  /* c·V and c·(V + H) floats must stay below 2^31 (CLBlast's int indexing of the scratch). */
-  size_t lim = NG_INT_MAX / (p->v + p->h);
+  /* The logits and the input chunk (c·V + c·H floats, plus alignment) must stay below 2^31
+   * floats: CLBlast indexes the scratch with int. */
+  size_t lim = (NG_INT_MAX - 128) / (p->v + p->h);
   return lim < 1 ? 1 : lim;
+}
+
+/* Automatic chunks are multiples of 256 rows (or of 64 below that): chunk-sized GEMM operands
+ * then fit CLBlast's tiles and need no padded copy. */
+static size_t round_chunk(size_t c) {
+  if (c >= FLCE_ALIGN) return c / FLCE_ALIGN * FLCE_ALIGN;
+  if (c >= 64) return c / 64 * 64;
+  return c < 1 ? 1 : c;
 }
 
 static ng_status make_plan(ng_context *ctx, cl_command_queue q, const ng_flce_params *p,
@@ -332,7 +341,7 @@ static ng_status make_plan(ng_context *ctx, cl_command_queue q, const ng_flce_pa
   /* First guess: logits, staging and CLBlast's copies of the chunk operands per row. */
   const size_t per_row = 4 * (2 * p->v + 3 * p->h), fixed = 16 * bt + 4096;
   size_t c = budget > fixed ? (budget - fixed) / per_row : 1;
-  if (c >= FLCE_ALIGN) c = c / FLCE_ALIGN * FLCE_ALIGN;
+  c = round_chunk(c);
   if (c > bt) c = bt;
   if (c > cap_rows) c = cap_rows;
   if (c < 1) c = 1;
@@ -346,8 +355,7 @@ static ng_status make_plan(ng_context *ctx, cl_command_queue q, const ng_flce_pa
                      c, pl->total_bytes);
     size_t nc = (size_t)((double)c * (double)budget / (double)pl->total_bytes * 0.95);
     if (nc >= c) nc = c - 1;
-    if (nc >= FLCE_ALIGN) nc = nc / FLCE_ALIGN * FLCE_ALIGN;
-    c = nc < 1 ? 1 : nc;
+    c = round_chunk(nc);
   }
 }
 
