@@ -462,7 +462,9 @@ static void evict(const char *dir, uint64_t max_bytes) {
       files = nf;
       cap = nc;
     }
-    snprintf(files[count_].name, sizeof files[count_].name, "%s", de->d_name);
+    /* the length was checked above; the precision tells -O0 builds' -Wformat-truncation so */
+    snprintf(files[count_].name, sizeof files[count_].name, "%.*s",
+             (int)sizeof files[count_].name - 1, de->d_name);
     files[count_].bytes = (uint64_t)st.st_size;
     files[count_].mtime = st.st_mtim;
     count_++;

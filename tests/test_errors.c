@@ -303,8 +303,9 @@ static void test_context_bad_input(void **state) {
   fixture_free(&f);
 }
 
-/* GroupNorm, PolyNorm and FLCE: the rows of the table that are theirs (groups that do not
- * divide the channels, targets out of range, the wait list), with the same checks. FLCE reads
+/* GroupNorm, PolyNorm, FLCE, LayerNorm and fused add + RMSNorm: the rows of the table that are
+ * theirs (groups that do not divide the channels, targets out of range, the wait list), with
+ * the same checks. FLCE reads
  * the targets back to range-check them (a blocking read, no kernel) before anything else. */
 static void test_other_ops_bad_input(void **state) {
   (void)state;
@@ -414,6 +415,23 @@ static void test_other_ops_bad_input(void **state) {
   fp.v = ((size_t)1 << 31) + 1;
   CASE("flce: V = 2^31 + 1", NG_ERR_INDEX_OVERFLOW, "at most 2^31",
        ng_flce(e->ctx, e->queue, &fp, &ftn, 0, NULL, 0, NULL, NULL));
+
+  /* LayerNorm and fused add + RMSNorm, on the RMSNorm fixture's buffers */
+  const ng_layernorm_params lok = {VR, VN, 1e-5f};
+  const ng_tensor X = ng_tensor_of(f.x, 0, NG_BF16), W = ng_tensor_of(f.w, 0, NG_F32),
+                  Y = ng_tensor_of(f.y, 0, NG_BF16), RO = ng_tensor_of(f.r_out, 0, NG_F32),
+                  SO = ng_tensor_of(f.scratch, 0, NG_F32), DX = ng_tensor_of(f.dx, 0, NG_BF16);
+  CASE("layernorm: wait list count 1, list NULL", CL_INVALID_EVENT_WAIT_LIST, "NULL",
+       ng_layernorm_forward(e->ctx, e->queue, &lok, X, W, NONE, Y, RO, SO, 1, NULL, NULL));
+  CASE("layernorm: bias dtype differs from weight", NG_ERR_DTYPE_MISMATCH, "bias",
+       ng_layernorm_forward(e->ctx, e->queue, &lok, X, W, ng_tensor_of(f.w, 0, NG_BF16), Y, RO,
+                            SO, 0, NULL, NULL));
+  const ng_fused_add_rmsnorm_params fok = {VR, VN, 1e-6f, 0.0f, NG_CAST_LLAMA};
+  CASE("fused add + rmsnorm: NULL residual", NG_ERR_NULL_BUFFER, "residual",
+       ng_fused_add_rmsnorm_forward(e->ctx, e->queue, &fok, X, NONE, W, Y, DX, RO, 0, NULL,
+                                    NULL));
+  CASE("fused add + rmsnorm: wait list count 2, list NULL", CL_INVALID_EVENT_WAIT_LIST, "NULL",
+       ng_fused_add_rmsnorm_forward(e->ctx, e->queue, &fok, X, X, W, Y, DX, RO, 2, NULL, NULL));
 #undef GFWD
 #undef GBWD
 #undef PFWD

@@ -8,7 +8,8 @@
  *
  * Ops: RMSNorm forward; RMSNorm backward with dW (and its reduction pass), with frozen weight,
  * and accumulating dW, each in a different dtype so that each needs programs of its own;
- * GroupNorm forward + backward; PolyNorm forward + backward; FLCE (CLBlast GEMMs included). */
+ * fused add + RMSNorm, LayerNorm, GroupNorm and PolyNorm forward + backward; FLCE (CLBlast
+ * GEMMs included). */
 #include "ng_test.h"
 
 #include <pthread.h>
@@ -16,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { THREADS = 8, NOPS = 7, MAXB = 10, MAXOUT = 6 };
+enum { THREADS = 8, NOPS = 9, MAXB = 12, MAXOUT = 6 };
 
 /* One op's buffers for one thread: inputs hold data, outputs poison (or data, for accumulated
  * gradients). `outs` lists what the op writes: index into mem, dtype, element count. */
@@ -87,6 +88,58 @@ static ng_status rms_run0(ng_context *c, cl_command_queue q, const op_bufs *b) {
 static ng_status rms_run1(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 1); }
 static ng_status rms_run2(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 2); }
 static ng_status rms_run3(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 3); }
+
+/* ---- fused add + RMSNorm: x, residual[10, 48] bf16, f32 weight, ds_out ----------------------- */
+enum { FR = 10, FN = 48 };
+static void far_make(op_bufs *b) {
+  add(b, NG_BF16, FR * FN, true);                            /* 0 x */
+  add(b, NG_BF16, FR * FN, true);                            /* 1 residual */
+  add(b, NG_F32, FN, true);                                  /* 2 weight */
+  add(b, NG_BF16, FR * FN, true);                            /* 3 dy */
+  add(b, NG_BF16, FR * FN, true);                            /* 4 ds_out */
+  out(b, add(b, NG_BF16, FR * FN, false), NG_BF16, FR * FN); /* 5 y */
+  out(b, add(b, NG_BF16, FR * FN, false), NG_BF16, FR * FN); /* 6 s */
+  out(b, add(b, NG_F32, FR, false), NG_F32, FR);             /* 7 rstd */
+  out(b, add(b, NG_BF16, FR * FN, false), NG_BF16, FR * FN); /* 8 dx */
+  out(b, add(b, NG_F32, FN, false), NG_F32, FN);             /* 9 dweight */
+}
+static ng_status far_run(ng_context *ctx, cl_command_queue q, const op_bufs *b) {
+  const ng_fused_add_rmsnorm_params p = {FR, FN, 1e-6f, 0.0f, NG_CAST_LLAMA};
+  ng_status s = ng_fused_add_rmsnorm_forward(ctx, q, &p, T(b, 0, NG_BF16), T(b, 1, NG_BF16),
+                                             T(b, 2, NG_F32), T(b, 5, NG_BF16), T(b, 6, NG_BF16),
+                                             T(b, 7, NG_F32), 0, NULL, NULL);
+  if (s != NG_SUCCESS) return s;
+  return ng_fused_add_rmsnorm_backward(ctx, q, &p, T(b, 3, NG_BF16), T(b, 4, NG_BF16),
+                                       T(b, 6, NG_BF16), T(b, 2, NG_F32), T(b, 7, NG_F32),
+                                       T(b, 8, NG_BF16), T(b, 9, NG_F32), 0, ng_tensor_none(), 0,
+                                       NULL, NULL);
+}
+
+/* ---- LayerNorm: x[12, 56] f16, bf16 weight and bias, dW and dB ----------------------------- */
+enum { LR = 12, LN = 56 };
+static void ln_make(op_bufs *b) {
+  add(b, NG_F16, LR * LN, true);                           /* 0 x */
+  add(b, NG_BF16, LN, true);                               /* 1 weight */
+  add(b, NG_BF16, LN, true);                               /* 2 bias */
+  add(b, NG_F16, LR * LN, true);                           /* 3 dy */
+  out(b, add(b, NG_F16, LR * LN, false), NG_F16, LR * LN); /* 4 y */
+  out(b, add(b, NG_F32, LR, false), NG_F32, LR);           /* 5 mean */
+  out(b, add(b, NG_F32, LR, false), NG_F32, LR);           /* 6 rstd */
+  out(b, add(b, NG_F16, LR * LN, false), NG_F16, LR * LN); /* 7 dx */
+  out(b, add(b, NG_BF16, LN, false), NG_BF16, LN);         /* 8 dweight */
+  out(b, add(b, NG_BF16, LN, false), NG_BF16, LN);         /* 9 dbias */
+}
+static ng_status ln_run(ng_context *ctx, cl_command_queue q, const op_bufs *b) {
+  const ng_layernorm_params p = {LR, LN, 1e-5f};
+  ng_status s = ng_layernorm_forward(ctx, q, &p, T(b, 0, NG_F16), T(b, 1, NG_BF16),
+                                     T(b, 2, NG_BF16), T(b, 4, NG_F16), T(b, 5, NG_F32),
+                                     T(b, 6, NG_F32), 0, NULL, NULL);
+  if (s != NG_SUCCESS) return s;
+  return ng_layernorm_backward(ctx, q, &p, T(b, 3, NG_F16), T(b, 0, NG_F16), T(b, 1, NG_BF16),
+                               T(b, 2, NG_BF16), T(b, 5, NG_F32), T(b, 6, NG_F32),
+                               T(b, 7, NG_F16), T(b, 8, NG_BF16), T(b, 9, NG_BF16), 0,
+                               ng_tensor_none(), 0, NULL, NULL);
+}
 
 /* ---- GroupNorm: x[3, 8, 20], 4 groups, bf16 x, f32 weight and bias --------------------------- */
 enum { GB = 3, GC = 8, GS = 20, GG = 4 };
@@ -176,6 +229,8 @@ static const op_desc ops[NOPS] = {
     {"rmsnorm backward + dW", rms_make1, rms_run1},
     {"rmsnorm backward, frozen weight", rms_make2, rms_run2},
     {"rmsnorm backward, dW accumulated", rms_make3, rms_run3},
+    {"fused add + rmsnorm forward + backward", far_make, far_run},
+    {"layernorm forward + backward", ln_make, ln_run},
     {"groupnorm forward + backward", gn_make, gn_run},
     {"polynorm forward + backward", pn_make, pn_run},
     {"flce", flce_make, flce_run},
@@ -291,7 +346,7 @@ static void test_first_calls_from_eight_threads(void **state) {
     }
   }
   /* the cache ends as the single-threaded one: the same programs, one copy each (the first
-   * insert won; the copies other threads built at the same time were dropped) */
+   * insert won; copies other threads built or loaded from disk at the same time were dropped) */
   ng_context_stats st;
   NG_OK(ng_context_get_stats(ctx, &st));
   assert_int_equal(st.programs_cached, ref_st.programs_cached);

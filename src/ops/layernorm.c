@@ -34,6 +34,7 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
   ng_clear_detail();
   size_t count = 0;
   ng_status s = check_params(ctx, queue, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
   if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
@@ -96,6 +97,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   ng_clear_detail();
   size_t count = 0;
   ng_status s = check_params(ctx, queue, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
     s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);

@@ -97,7 +97,7 @@ static int folder(const char *dir, char *buf, size_t len, const char *cmd) {
 static int do_list(const char *dir, bool json) {
   char d[4096];
   int rc = folder(dir, d, sizeof d, "list");
-  if (rc) return rc;
+  if (rc || cli_parse_only) return rc;
   list_state st = {json, 0, 0, 0};
   if (json) printf("[");
   ng_status s = ng_cache_list(d, print_entry, &st);
@@ -116,7 +116,7 @@ static int do_list(const char *dir, bool json) {
 static int do_clear(const char *dir) {
   char d[4096];
   int rc = folder(dir, d, sizeof d, "clear");
-  if (rc) return rc;
+  if (rc || cli_parse_only) return rc;
   uint64_t removed = 0;
   ng_status s = ng_cache_clear(d, &removed);
   printf("%s: removed %llu file%s\n", d, (unsigned long long)removed, removed == 1 ? "" : "s");
@@ -146,6 +146,7 @@ static int do_prebuild(const char *dir, const char *dev, char **ops, int nops) {
       return cli_error(CLI_USAGE, "cache prebuild: unknown op '%s' (available: %s)", ops[i], list);
     }
   }
+  if (cli_parse_only) return CLI_OK;
   cli_env env;
   rc = cli_env_open(dev, &env, err, sizeof err);
   if (rc) return cli_error(rc, "cache prebuild: %s", err);
