@@ -1,7 +1,11 @@
-/* RMSNorm forward and backward (SPEC.md "RMSNorm").
+/* RMSNorm forward and backward (SPEC.md "RMSNorm"), and fused add + RMSNorm (SPEC.md "Fused add
+ * + RMSNorm"), which is the same math applied to s = rd(x + residual).
  *
  * Options beyond ng_common.clh: COMPUTE_DW (backward: 0 = frozen weight, every dW line compiled
- * out), REG (vector slots per work-item whose dW sums stay in registers).
+ * out), REG (vector slots per work-item whose dW sums stay in registers), FUSED_ADD (forward:
+ * form, store and normalize s = rd(x + residual) instead of x), HAS_DS (backward: add the
+ * gradient ds_out that reaches s from later layers into dx). Without ds_out the fused backward is
+ * exactly this RMSNorm backward run on s, so it shares the program.
  *
  * Both kernels run a persistent grid: work-group g handles rows g, g+G, … . With WG = 1 a row is
  * one work-item's loop (the CPU shape); otherwise WG work-items share a row and reduce through
@@ -20,6 +24,12 @@
 #ifndef REG
 #define REG 1
 #endif
+#ifndef FUSED_ADD
+#define FUSED_ADD 0
+#endif
+#ifndef HAS_DS
+#define HAS_DS 0
+#endif
 
 /* w' = offset + w, or 1 without a weight. */
 #if HAS_W
@@ -35,14 +45,37 @@ inline floatV rms_out(floatV v, float rs, floatV wp, int mode) {
   return RDX(v * rs) * wp;
 }
 
+#if FUSED_ADD
+/* The first read of a row element: s = rd(x + residual), stored (it is the next residual). The
+ * norm is of the stored, rounded s; a second pass reads s back (each work-item its own
+ * elements, so no barrier is needed): one read instead of two. */
+inline floatV fa_sum(__global const XT *xr, __global const XT *resr, __global XT *sr, uint i) {
+  const floatV v = RDX(LDX(xr, i) + LDX(resr, i));
+  STX(sr, i, v);
+  return v;
+}
+#define LOAD_IN(i) fa_sum(xr, resr, sr, i)
+#define RMS_FWD ng_fused_add_rmsnorm_fwd
+#else
+#define LOAD_IN(i) LDX(xr, i)
+#define RMS_FWD ng_rmsnorm_fwd
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_off,
-               __global XT *y, ulong y_off, __global float *rstd, ulong rstd_off, uint rows,
-               uint n, float eps, float offset, int mode) {
+RMS_FWD(__global const XT *x, ulong x_off,
+#if FUSED_ADD
+        __global const XT *res, ulong res_off, __global XT *s, ulong s_off,
+#endif
+        __global const WT *w, ulong w_off, __global XT *y, ulong y_off, __global float *rstd,
+        ulong rstd_off, uint rows, uint n, float eps, float offset, int mode) {
   __local float red[WG];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   x += x_off;
+#if FUSED_ADD
+  res += res_off;
+  s += s_off;
+#endif
   y += y_off;
   w += w_off;
   rstd += rstd_off;
@@ -53,13 +86,17 @@ ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
+#if FUSED_ADD
+    __global const XT *resr = res + (ulong)r * n;
+    __global XT *sr = s + (ulong)r * n;
+#endif
     floatV acc = (floatV)(0.0f);
     if (cached) {
       floatV xs[REG];
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+        xs[k] = i < nv ? LOAD_IN(i) : (floatV)(0.0f);
       }
 #pragma unroll
       for (int k = 0; k < REG; k++) acc = fma(xs[k], xs[k], acc);
@@ -75,9 +112,12 @@ ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_
       continue;
     }
     for (uint i = lid; i < nv; i += WG) {
-      floatV v = LDX(xr, i);
+      floatV v = LOAD_IN(i);
       acc = fma(v, v, acc);
     }
+#if FUSED_ADD
+    xr = sr;
+#endif
     const float ss = ng_wg_sum(ng_hsum(acc), red);
     float rs = rsqrt(ss / (float)n + eps);
     if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
@@ -86,15 +126,27 @@ ng_rmsnorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_
   }
 }
 
-/* dx = rstd·m − (rstd³/n)·(Σ m·x)·x with m = dy·w'; dW partial of this group += dy·xhat.
+/* dx = rstd·m − (rstd³/n)·(Σ m·x)·x (+ ds_out) with m = dy·w'; dW partial of this group
+ * += dy·xhat. With FUSED_ADD's s in place of x this is also the fused op's backward.
  * dW partials: in registers (REG slots of VEC columns per work-item) when the row fits, else in
  * the group's own row of `part` (read-modify-write; on CPUs it stays in cache). Either way the
  * group writes its row of `part` and ng_reduce_partials sums the rows in a fixed order. */
+#if HAS_DS
+#define RMS_BWD ng_fused_add_rmsnorm_bwd
+#define DX_OUT(i, v) ((v) + LDX(dsr, i))
+#else
+#define RMS_BWD ng_rmsnorm_bwd
+#define DX_OUT(i, v) (v)
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
-               __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
-               __global XT *dx, ulong dx_off, __global float *part, ulong part_off, uint rows,
-               uint n, float offset, int mode) {
+RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+        __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
+        __global XT *dx, ulong dx_off, __global float *part, ulong part_off, uint rows, uint n,
+        float offset, int mode
+#if HAS_DS
+        , __global const XT *ds, ulong ds_off
+#endif
+) {
   __local float red[WG];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -103,6 +155,9 @@ ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong 
   w += w_off;
   rstd += rstd_off;
   dx += dx_off;
+#if HAS_DS
+  ds += ds_off;
+#endif
   const bool in_regs = nv <= (uint)(WG * REG); /* the row (and its dW sums) fit in registers */
 #if COMPUTE_DW
   floatV dwr[REG];
@@ -120,6 +175,9 @@ ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong 
     __global const XT *dyr = dy + (ulong)r * n;
     __global const XT *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
+#if HAS_DS
+    __global const XT *dsr = ds + (ulong)r * n;
+#endif
     const float rs = rstd[r];
     floatV acc = (floatV)(0.0f);
     if (in_regs) {
@@ -141,7 +199,7 @@ ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong 
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          STX(dxr, i, rs * (dys[k] * WPRIME(w, i, offset)) - c * xs[k]);
+          STX(dxr, i, DX_OUT(i, rs * (dys[k] * WPRIME(w, i, offset)) - c * xs[k]));
 #if COMPUTE_DW
           floatV xh = xs[k] * rs;
           if (mode == NG_CAST_LLAMA) xh = RDX(xh);
@@ -159,7 +217,7 @@ ng_rmsnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong 
     const float c = (rs * rs * rs) * (dot / (float)n);
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), xv = LDX(xr, i);
-      STX(dxr, i, rs * (d * WPRIME(w, i, offset)) - c * xv);
+      STX(dxr, i, DX_OUT(i, rs * (d * WPRIME(w, i, offset)) - c * xv));
 #if COMPUTE_DW
       floatV xh = xv * rs;
       if (mode == NG_CAST_LLAMA) xh = RDX(xh);

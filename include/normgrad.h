@@ -160,12 +160,84 @@ typedef enum ng_tune {
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
 
 typedef struct ng_context_stats {
-  uint64_t programs_built; /* programs compiled by this context */
+  uint64_t programs_built; /* programs compiled from source by this context */
   uint64_t cache_hits;     /* program look-ups served from the in-memory cache */
   uint64_t disk_hits;      /* programs loaded from the on-disk cache */
   uint64_t programs_cached; /* programs held in memory now */
+  uint64_t disk_misses;    /* on-disk look-ups that found no entry */
+  uint64_t disk_stores;    /* entries written to the on-disk cache */
+  uint64_t disk_rejects;   /* entries found but not used (truncated, corrupt, another key or
+                              driver, refused by the driver): rebuilt from source and replaced */
+  uint64_t disk_errors;    /* cache folder I/O failures (not creatable, read-only, full): the
+                              program was built from source and used, just not stored */
 } ng_context_stats;
 NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * On-disk program cache (docs/cache.md). Programs a context builds are also written, as the
+ * driver's binaries, into a cache folder, and later contexts, in this or any process, load them
+ * instead of compiling. An entry is keyed by platform, device, driver version, normgrad version,
+ * the program's source hash and its build options; one that is truncated, corrupt, written for
+ * another key or refused by the driver is rebuilt from source and replaced. Writes are atomic
+ * (temporary file + rename), so processes may share a folder. The cache never makes a call fail:
+ * when the folder cannot be created, read or written, programs are built from source as without
+ * it (counted in disk_errors).
+ *
+ * Folder of a new context: $NORMGRAD_CACHE_DIR; the value "off" turns the cache off; unset or
+ * empty: $XDG_CACHE_HOME/normgrad, else $HOME/.cache/normgrad, else off. Created (mode 0700) on
+ * the first store. Size bound: $NORMGRAD_CACHE_MAX_BYTES (bytes, or with a K/M/G/T suffix;
+ * 0 = none; default NG_CACHE_DEFAULT_MAX_BYTES); after each store, the least recently used
+ * entries (by file modification time, refreshed on every load) are removed until the folder's
+ * entries fit. Only files owned by the user and writable by nobody else are loaded.
+ * ------------------------------------------------------------------------------------------- */
+#define NG_CACHE_DEFAULT_MAX_BYTES (512ull << 20)
+
+/** Use `dir` (copied) as this context's cache folder, or NULL to turn its disk cache off.
+ *  Affects programs not yet in the context's memory cache. Thread-safe.
+ *  NG_ERR_INVALID_VALUE for "". */
+NG_API ng_status ng_context_set_cache_dir(ng_context *ctx, const char *dir);
+/** The context's cache folder into buf ("" when off); NG_ERR_INVALID_VALUE when `len` bytes
+ *  cannot hold it. */
+NG_API ng_status ng_context_get_cache_dir(const ng_context *ctx, char *buf, size_t len);
+/** Size bound applied after this context's stores (0 = none). Thread-safe. */
+NG_API ng_status ng_context_set_cache_max_bytes(ng_context *ctx, uint64_t max_bytes);
+/** The folder a context created now would use, from the environment ("" when off). */
+NG_API ng_status ng_cache_default_dir(char *buf, size_t len);
+
+/** One entry of a cache folder, as ng_cache_list shows it. Strings are "" when unreadable. */
+typedef struct ng_cache_entry {
+  const char *path;     /* the entry's file */
+  const char *program;  /* kernel source name, "rmsnorm" */
+  const char *options;  /* build options */
+  const char *device;   /* device name */
+  const char *driver;   /* driver version */
+  const char *platform; /* platform name */
+  const char *normgrad; /* normgrad version that wrote it */
+  uint64_t bytes;       /* file size */
+  int64_t last_used;    /* seconds since the epoch (written or last loaded) */
+  int valid;            /* 1 when length, header and checksums agree; a context still checks
+                           that the key matches its device and driver before using it */
+} ng_cache_entry;
+/** Return nonzero to stop the listing. The entry's strings live only during the call. */
+typedef int (*ng_cache_visit_fn)(const ng_cache_entry *entry, void *user);
+/** Call `visit` for every entry in `dir` (NULL = ng_cache_default_dir), most recently used
+ *  first. A folder that does not exist has no entries; NG_ERR_IO when it cannot be read,
+ *  NG_ERR_INVALID_VALUE when dir is NULL and the cache is off. */
+NG_API ng_status ng_cache_list(const char *dir, ng_cache_visit_fn visit, void *user);
+/** Remove every entry and leftover temporary file from `dir` (NULL = default); other files and
+ *  the folder stay. *removed (may be NULL) gets the number of files removed. NG_ERR_IO when a
+ *  file could not be removed (the others still are). */
+NG_API ng_status ng_cache_clear(const char *dir, uint64_t *removed);
+
+/** Get (build, or load from the disk cache) every program that `op` can use on the context's
+ *  device under its current ng_context_override settings — every activation dtype, weight dtype
+ *  or no weight, frozen combination and vector width, and their gradient reductions — so later
+ *  calls compile nothing. `op` is a name as normgrad-cli spells it ("rmsnorm"), or NULL for
+ *  every op. *programs (may be NULL) gets the number of distinct programs. NG_ERR_INVALID_VALUE
+ *  for an unknown op; a build failure is returned as the op itself would return it. */
+NG_API ng_status ng_prebuild(ng_context *ctx, const char *op, unsigned *programs);
+/** The i-th op name ng_prebuild accepts (i = 0, 1, …), NULL past the last. */
+NG_API const char *ng_prebuild_op_name(unsigned i);
 
 /* ---------------------------------------------------------------------------------------------
  * Profiling: the time of every kernel an op enqueues (its queue needs CL_QUEUE_PROFILING_ENABLE).
@@ -200,7 +272,7 @@ typedef enum ng_casting_mode {
  * RMSNorm. x[rows, n] → y[rows, n], rstd[rows] (f32). weight[n] optional; w' = offset + w.
  * ------------------------------------------------------------------------------------------- */
 typedef struct ng_rmsnorm_params {
-  size_t rows;
+  size_t rows; /* 1 … 2^31, and so is n; rows·n may exceed 2^32 (NG_ERR_INDEX_OVERFLOW past) */
   size_t n;
   float eps;
   float offset;
@@ -227,12 +299,173 @@ NG_API ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsn
                                                   int compute_dweight, size_t *bytes);
 
 /* ---- fused add + RMSNorm (issue 3) ---------------------------------------------------------- */
+/* s = rd(x + residual) (stored: it is the next layer's residual), y = RMSNorm(s) with the
+ * casting modes, offset and optional weight of ng_rmsnorm_*. Same fields as ng_rmsnorm_params. */
+typedef struct ng_fused_add_rmsnorm_params {
+  size_t rows;
+  size_t n;
+  float eps;
+  float offset;
+  ng_casting_mode casting_mode;
+} ng_fused_add_rmsnorm_params;
+
+/** x, residual, y and s share x's dtype (f32/f16/bf16); weight any float dtype, or mem NULL =
+ *  no weight; rstd[rows] f32. s may be the residual buffer itself (same offset: updated in
+ *  place). Errors as ng_rmsnorm_forward, plus NG_ERR_NULL_BUFFER for a missing residual or s. */
+NG_API ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                              const ng_fused_add_rmsnorm_params *p, ng_tensor x,
+                                              ng_tensor residual, ng_tensor weight, ng_tensor y,
+                                              ng_tensor s, ng_tensor rstd,
+                                              cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
+
+/** dx = RMSNormBackward(dy; s, rstd) + ds_out, written once: it is both the gradient of x and
+ *  of residual. ds_out (x's dtype) is the gradient reaching s from later layers; mem NULL = none
+ *  (not read; no zero buffer needed). dx may be the ds_out buffer itself (same offset). dy, s,
+ *  dx share a dtype. dweight (weight's dtype) mem NULL = frozen weight: built with
+ *  -DCOMPUTE_DW=0, no scratch, no reduction; dx is bit-identical either way. flags:
+ *  NG_ACCUMULATE_GRAD adds dweight to the buffer's contents. */
+NG_API ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                               const ng_fused_add_rmsnorm_params *p,
+                                               ng_tensor dy, ng_tensor ds_out, ng_tensor s,
+                                               ng_tensor weight, ng_tensor rstd, ng_tensor dx,
+                                               ng_tensor dweight, unsigned flags,
+                                               ng_tensor scratch,
+                                               cl_uint num_events_in_wait_list,
+                                               const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_fused_add_rmsnorm_backward needs (0 when compute_dweight is
+ *  0). */
+NG_API ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
+                                                            const ng_fused_add_rmsnorm_params *p,
+                                                            int compute_dweight, size_t *bytes);
 
 /* ---- LayerNorm (issue 3) -------------------------------------------------------------------- */
+/* mean = Σx/n, var = Σ(x − mean)²/n (two passes over the row), rstd = 1/sqrt(var + eps),
+ * y = rd(xhat·w + b) with xhat = (x − mean)·rstd; weight and bias each optional (absent: w = 1,
+ * b = 0). */
+typedef struct ng_layernorm_params {
+  size_t rows;
+  size_t n;
+  float eps;
+} ng_layernorm_params;
+
+/** x[rows, n] → y (x's dtype), mean[rows] and rstd[rows] (f32). weight[n] and bias[n] each
+ *  mem NULL = absent; when both are given they share a dtype (any of f32/f16/bf16, independent
+ *  of x's). NG_ERR_DTYPE_MISMATCH when y differs from x or bias from weight. */
+NG_API ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_layernorm_params *p, ng_tensor x,
+                                      ng_tensor weight, ng_tensor bias, ng_tensor y,
+                                      ng_tensor mean, ng_tensor rstd,
+                                      cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** dx (x's dtype) from dy, x, weight, mean, rstd. `bias` is not read: it says whether the layer
+ *  has a bias (and its dtype). dweight mem NULL = frozen weight (-DCOMPUTE_DW=0), dbias mem NULL
+ *  = frozen bias (-DCOMPUTE_DB=0), independently; each gradient has its parameter's dtype; with
+ *  both frozen there is no scratch and no reduction pass. dx is bit-identical whatever is frozen.
+ *  NG_ERR_INVALID_VALUE for a dweight without weight or a dbias without bias. flags:
+ *  NG_ACCUMULATE_GRAD adds to dweight/dbias instead of overwriting them. */
+NG_API ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_layernorm_params *p, ng_tensor dy, ng_tensor x,
+                                       ng_tensor weight, ng_tensor bias, ng_tensor mean,
+                                       ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                                       ng_tensor dbias, unsigned flags, ng_tensor scratch,
+                                       cl_uint num_events_in_wait_list,
+                                       const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_layernorm_backward needs (0 when both flags are 0). */
+NG_API ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
+                                                    int compute_dweight, int compute_dbias,
+                                                    size_t *bytes);
 
 /* ---- GroupNorm (issue 3) -------------------------------------------------------------------- */
+/* x[B, C, *spatial] viewed as [B, C, S] (S = product of the spatial dims, 1 for x[B, C]); groups
+ * of C/G consecutive channels. Per (b, g): n = (C/G)·S elements, mean and variance two-pass
+ * style (chunk-wise exact deviations merged pairwise, never E[x²] − mean²), rstd =
+ * 1/sqrt(var + eps); saved mean, rstd [B, G] (f32). y = rd((x − mean)·rstd·w[c] + b[c]).
+ * Per-channel weight[C] and bias[C] are each optional (mem NULL: w = 1, b = 0); both share one
+ * dtype (f32, f16 or bf16), independent of x's. */
+typedef struct ng_groupnorm_params {
+  size_t batch;    /* B ≥ 1 */
+  size_t channels; /* C ≥ 1, divisible by groups (else NG_ERR_GROUPS_NOT_DIVISIBLE) */
+  size_t spatial;  /* S ≥ 1 */
+  size_t groups;   /* G, 1 ≤ G ≤ C */
+  float eps;       /* finite, ≥ 0 */
+} ng_groupnorm_params;
+/* Errors of every GroupNorm call, before anything is enqueued: NG_ERR_GROUPS_NOT_DIVISIBLE
+ * (C % G != 0, including G > C), NG_ERR_INVALID_SHAPE (a zero size), NG_ERR_INDEX_OVERFLOW
+ * ((C/G)·S, B·G, C or S above 2^31, or B·C·S overflowing), NG_ERR_INVALID_VALUE (eps, flags,
+ * dweight without weight), and the buffer, offset and dtype errors of the table. */
+
+/** y (x's dtype) and mean, rstd ([B, G], f32) from x. `scratch`: see the note above the RMSNorm
+ *  section; the forward needs one only when few, large groups are split over several work-groups
+ *  (ng_groupnorm_forward_scratch_size says 0 otherwise). */
+NG_API ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_groupnorm_params *p, ng_tensor x,
+                                      ng_tensor weight, ng_tensor bias, ng_tensor y,
+                                      ng_tensor mean, ng_tensor rstd, ng_tensor scratch,
+                                      cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_groupnorm_forward needs for this shape on this context. */
+NG_API ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_params *p,
+                                                   size_t *bytes);
+
+/** dx (x's dtype) from dy, x, weight, and the forward's mean and rstd. dweight and dbias
+ *  (the parameters' dtype, C elements) are each optional: mem NULL = frozen, built with
+ *  -DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, nothing computed or allocated for it. dweight needs a weight;
+ *  dbias (= Σ dy per channel) needs no bias value, but must share the weight's dtype when a
+ *  weight is given. flags: NG_ACCUMULATE_GRAD. */
+NG_API ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_groupnorm_params *p, ng_tensor dy, ng_tensor x,
+                                       ng_tensor weight, ng_tensor mean, ng_tensor rstd,
+                                       ng_tensor dx, ng_tensor dweight, ng_tensor dbias,
+                                       unsigned flags, ng_tensor scratch,
+                                       cl_uint num_events_in_wait_list,
+                                       const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_groupnorm_backward needs (0 with both parameters frozen unless
+ *  groups are split over several work-groups). */
+NG_API ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx,
+                                                    const ng_groupnorm_params *p,
+                                                    int compute_dweight, int compute_dbias,
+                                                    size_t *bytes);
 
 /* ---- PolyNorm (issue 3) --------------------------------------------------------------------- */
+/* x[rows, n]. For p ∈ {3, 2, 1}: u_p = x^p, rstd_p = 1/sqrt(mean(u_p²) + eps), all in f32 (an f16
+ * x whose x⁶ overflows f16 is fine); y = rd(w0·u3·rstd3 + w1·u2·rstd2 + w2·u1·rstd1 + b).
+ * weight[3] is required, bias[1] optional (mem NULL: b = 0); both share one dtype (f32, f16 or
+ * bf16), independent of x's. Saved rstd[rows, 3] = (rstd3, rstd2, rstd1), f32. */
+typedef struct ng_polynorm_params {
+  size_t rows; /* ≥ 1, rows·3 below 2^32 */
+  size_t n;    /* ≥ 1, below 2^32 */
+  float eps;   /* finite, ≥ 0 */
+} ng_polynorm_params;
+
+/** y (x's dtype) and rstd ([rows, 3], f32) from x, weight[3] and the optional bias[1]. Errors:
+ *  NG_ERR_INVALID_SHAPE, NG_ERR_INDEX_OVERFLOW, NG_ERR_INVALID_VALUE (eps), NG_ERR_NULL_BUFFER
+ *  (no weight), and the buffer, offset and dtype errors of the table. */
+NG_API ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue,
+                                     const ng_polynorm_params *p, ng_tensor x, ng_tensor weight,
+                                     ng_tensor bias, ng_tensor y, ng_tensor rstd,
+                                     cl_uint num_events_in_wait_list,
+                                     const cl_event *event_wait_list, cl_event *event);
+
+/** dx (x's dtype) from dy, x, weight and the forward's rstd. dweight[3] and dbias[1] (the
+ *  weight's dtype) are each optional: mem NULL = frozen (-DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, no
+ *  scratch for it). dw_p = Σ_rows rstd_p·Σ dy·x^p, db = Σ dy. flags: NG_ACCUMULATE_GRAD. */
+NG_API ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue,
+                                      const ng_polynorm_params *p, ng_tensor dy, ng_tensor x,
+                                      ng_tensor weight, ng_tensor rstd, ng_tensor dx,
+                                      ng_tensor dweight, ng_tensor dbias, unsigned flags,
+                                      ng_tensor scratch, cl_uint num_events_in_wait_list,
+                                      const cl_event *event_wait_list, cl_event *event);
+
+/** Bytes of f32 scratch that ng_polynorm_backward needs (0 with both parameters frozen). */
+NG_API ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
+                                                   int compute_dweight, int compute_dbias,
+                                                   size_t *bytes);
 
 /* ---- fused linear + cross-entropy (issue 4) -------------------------------------------------- */
 /* loss = cross_entropy(input·weightᵀ + bias, target) (+ z-loss), with the gradients formed in the

@@ -65,6 +65,7 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
   clRetainDevice(device);
   c->cl_ctx = cl_ctx;
   c->device = device;
+  ng_disk_cache_init(c);
   *out = c;
   return NG_SUCCESS;
 }
@@ -167,6 +168,7 @@ ng_status ng_context_create_default(ng_context **out) {
 void ng_context_release(ng_context *ctx) {
   if (!ctx) return;
   ng_program_cache_clear(ctx);
+  ng_disk_cache_free(ctx);
   pthread_mutex_destroy(&ctx->lock);
   clReleaseDevice(ctx->device);
   clReleaseContext(ctx->cl_ctx);
@@ -212,6 +214,10 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
   out->disk_hits = c->disk_hits;
   out->programs_cached = 0;
   for (ng_program_entry *e = c->programs; e; e = e->next) out->programs_cached++;
+  out->disk_misses = c->disk.misses;
+  out->disk_stores = c->disk.stores;
+  out->disk_rejects = c->disk.rejects;
+  out->disk_errors = c->disk.errors;
   pthread_mutex_unlock(&c->lock);
   return NG_SUCCESS;
 }
@@ -266,9 +272,14 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 }
 
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight) {
+  ng_row_opts_dt(o, l, x_dtype, weight.mem != NULL, weight.dtype);
+}
+
+void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool has_w,
+                    ng_dtype w_dtype) {
   ng_opts_add(o, "DTYPE", x_dtype);
-  ng_opts_add(o, "W_DTYPE", weight.mem ? weight.dtype : NG_F32);
-  ng_opts_add(o, "HAS_W", weight.mem ? 1 : 0);
+  ng_opts_add(o, "W_DTYPE", has_w ? w_dtype : NG_F32);
+  ng_opts_add(o, "HAS_W", has_w ? 1 : 0);
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
   ng_opts_add(o, "REG", l->reg_cols);

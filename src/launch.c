@@ -104,7 +104,10 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
 ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
                      size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
                      const cl_event *wait, cl_event *event) {
-  cl_int e = CL_SUCCESS;
+  /* The ops check the wait list before anything else; this catches an op that does not, before
+   * the runtime dereferences a NULL list. */
+  cl_int e = ng_check_wait_list(nwait, nwait ? wait : NULL);
+  if (e != CL_SUCCESS) return e;
   cl_kernel k = clCreateKernel(prog, kname, &e);
   if (!k) return ng_fail(e, "clCreateKernel(%s) failed", kname);
   for (cl_uint i = 0; i < nargs && e == CL_SUCCESS; i++) {
@@ -139,6 +142,12 @@ ng_status ng_scratch_acquire(ng_context *ctx, ng_tensor caller, size_t bytes, ng
     out->offset_bytes = caller.offset * 4;
     return NG_SUCCESS;
   }
+  /* Some drivers (NVIDIA's) allocate on first use, so an oversized buffer would only fail once
+   * a kernel runs, after other outputs were written: refuse it here, before anything is enqueued. */
+  if (ctx->info.max_alloc && bytes > ctx->info.max_alloc)
+    return ng_fail(CL_INVALID_BUFFER_SIZE,
+                   "scratch: %zu bytes exceed the device's largest allocation (%llu bytes)", bytes,
+                   (unsigned long long)ctx->info.max_alloc);
   cl_int e = CL_SUCCESS;
   out->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
   if (!out->mem) return ng_fail(e, "scratch: clCreateBuffer(%zu bytes) failed", bytes);

@@ -39,6 +39,14 @@ typedef struct ng_program_entry {
   struct ng_program_entry *next;
 } ng_program_entry;
 
+/* ---- on-disk program cache (disk_cache.c, docs/cache.md) ---------------------------------- */
+typedef struct ng_disk_cache {
+  char *dir;          /* folder of the entries; NULL = off */
+  uint64_t max_bytes; /* size bound, 0 = none */
+  char *device_key;   /* the device half of every entry's key, fixed for the context */
+  uint64_t misses, stores, rejects, errors; /* hits are ng_context.disk_hits */
+} ng_disk_cache;
+
 struct ng_context {
   cl_context cl_ctx;
   cl_device_id device;
@@ -47,6 +55,7 @@ struct ng_context {
   pthread_mutex_t lock;
   ng_program_entry *programs;
   uint64_t programs_built, cache_hits, disk_hits;
+  ng_disk_cache disk; /* settings and counters guarded by `lock` */
 };
 
 /* Build options: integer -D defines only, so no locale can change a build. */
@@ -62,6 +71,38 @@ void ng_opts_add(ng_opts *o, const char *name, long long value);
 ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
                          cl_program *out);
 void ng_program_cache_clear(ng_context *ctx);
+
+/* What identifies a program apart from the device: the disk cache's key is built from it. */
+typedef struct ng_program_id {
+  const char *name;    /* source name, "rmsnorm" */
+  uint64_t src_hash;   /* FNV-1a 64 of the program's source parts */
+  size_t src_len;      /* their total length */
+  const char *options; /* build options */
+} ng_program_id;
+/* Settings from the environment (NORMGRAD_CACHE_DIR, NORMGRAD_CACHE_MAX_BYTES) and the device
+ * half of the key. Never fails: anything missing leaves the disk cache off. */
+void ng_disk_cache_init(ng_context *ctx);
+void ng_disk_cache_free(ng_context *ctx);
+/* A program built from the cache entry for `id`, or NULL (no entry, an unusable entry, cache
+ * off). Counts disk_hits/misses/rejects/errors. Never records an error detail. */
+cl_program ng_disk_load(ng_context *ctx, const ng_program_id *id);
+/* Write `prog`'s binary as the entry for `id` (atomically, replacing any older one), then evict
+ * least-recently-used entries past the size bound. Failures are counted, never reported. */
+void ng_disk_store(ng_context *ctx, const ng_program_id *id, cl_program prog);
+/* The bytes of an entry file (header, key, payload) in entry format `format`; malloc'ed. Used by
+ * the store and by tests that forge entries. */
+unsigned char *ng_disk_encode(uint32_t format, const char *key, const void *payload, size_t len,
+                              size_t *out_len);
+#define NG_DISK_FORMAT 1u
+/* Tests only: 1 = act as if clCreateProgramWithBinary rejected every entry, 2 = as if
+ * clBuildProgram did. PoCL crashes on a binary it cannot parse, so a test cannot make the
+ * driver reject one for real. */
+extern int ng_disk_test_fail_stage;
+
+/* ---- variant enumeration for ng_prebuild (prebuild.c) -------------------------------------- */
+/* Called once per (program, options) an op can use on the context's device. */
+typedef ng_status (*ng_variant_fn)(ng_context *ctx, const char *program, const ng_opts *opts,
+                                   void *user);
 
 /* ---- kernel sources (generated ng_kernels.c, or read from the development directory) ------- */
 /* Sources of program `name`: the shared header then the op's file. Returns NG_SUCCESS and
@@ -93,8 +134,12 @@ ng_status ng_check_queue(ng_context *ctx, cl_command_queue queue);
 /* a*b with overflow detection. */
 bool ng_mul_overflows(size_t a, size_t b, size_t *out);
 bool ng_is_float_dtype(ng_dtype d);
-/* rows ≥ 1, n ≥ 1, both within the kernels' 32-bit counters, rows·n within size_t. */
+/* rows ≥ 1, n ≥ 1, each ≤ 2^31 (the kernels' 32-bit counters never wrap), rows·n within
+ * size_t (it may exceed 2^32). */
 ng_status ng_check_rows(size_t rows, size_t n, size_t *count);
+/* An event wait list as OpenCL defines it: NULL exactly when empty, no NULL entries (PoCL
+ * crashes on a NULL list with a non-zero count instead of returning the error). */
+ng_status ng_check_wait_list(cl_uint nwait, const cl_event *wait);
 /* A float scalar that must be finite (and ≥ 0 when nonneg). */
 ng_status ng_check_scalar(float v, const char *what, bool nonneg);
 /* `b` must have the dtype of `a`. */
@@ -145,6 +190,9 @@ typedef struct ng_row_launch {
 } ng_row_launch;
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
+/* The same from dtypes alone (variant enumeration has no tensors): has_w false = no weight. */
+void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool has_w,
+                    ng_dtype w_dtype);
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    bool backward);
 
@@ -152,6 +200,8 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
  * dtype), adding to what `out` holds when `accumulate` (reduce.c, cl/reduce.cl). Get the
  * program first, with the op's other programs, so a build failure enqueues nothing. */
 ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog);
+/* The options ng_reduce_program builds with (for variant enumeration). */
+void ng_reduce_opts(ng_opts *o, const ng_context *ctx, ng_dtype out_dtype);
 ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog, cl_mem part,
                                      size_t part_off, unsigned groups, size_t n, ng_tensor out,
                                      bool accumulate, cl_uint nwait, const cl_event *wait,

@@ -1,7 +1,8 @@
 /* Per-context program cache. A program is identified by its source name and its build options
  * (the sources themselves are fixed for a build of the library, or hashed into the key when read
- * from the development directory). Compilation happens outside the lock; when two threads build
- * the same program at once, the first insert wins and the other copy is released. */
+ * from the development directory). A miss asks the on-disk cache (disk_cache.c) before the
+ * compiler. Compilation and disk I/O happen outside the lock; when two threads build the same
+ * program at once, the first insert wins and the other copy is released. */
 #include "ng_internal.h"
 
 #include <stdio.h>
@@ -66,8 +67,15 @@ ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
     return NG_SUCCESS;
   }
 
-  cl_program built = NULL;
-  s = build(ctx, name, opts, &src, &built);
+  /* Memory miss: the disk cache, else the compiler (then the disk cache keeps the result). */
+  size_t src_len = src.lens[0] + src.lens[1];
+  const ng_program_id id = {name, h, src_len, opts->text};
+  cl_program built = ng_disk_load(ctx, &id);
+  const bool from_disk = built != NULL;
+  if (!from_disk) {
+    s = build(ctx, name, opts, &src, &built);
+    if (s == NG_SUCCESS) ng_disk_store(ctx, &id, built);
+  }
   ng_source_free(&src);
   if (s != NG_SUCCESS) {
     free(key);
@@ -76,7 +84,7 @@ ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
 
   ng_program_entry *ent = malloc(sizeof *ent);
   pthread_mutex_lock(&ctx->lock);
-  ctx->programs_built++;
+  if (!from_disk) ctx->programs_built++;
   cl_program winner = lookup_locked(ctx, key);
   if (!winner && ent) {
     ent->key = key;

@@ -9,12 +9,16 @@ static unsigned reduce_slices(const ng_context *ctx) {
   return rs;
 }
 
+void ng_reduce_opts(ng_opts *o, const ng_context *ctx, ng_dtype out_dtype) {
+  ng_opts_init(o);
+  ng_opts_add(o, "W_DTYPE", out_dtype);
+  ng_opts_add(o, "RS", reduce_slices(ctx));
+  ng_opts_add(o, "CW", 64);
+}
+
 ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog) {
   ng_opts o;
-  ng_opts_init(&o);
-  ng_opts_add(&o, "W_DTYPE", out_dtype);
-  ng_opts_add(&o, "RS", reduce_slices(ctx));
-  ng_opts_add(&o, "CW", 64);
+  ng_reduce_opts(&o, ctx, out_dtype);
   return ng_get_program(ctx, "reduce", &o, prog);
 }
 

@@ -50,7 +50,12 @@ ng_status ng_check_queue(ng_context *ctx, cl_command_queue queue) {
   cl_int e = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
   if (e == CL_SUCCESS)
     e = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+  cl_context qc = NULL;
+  if (e == CL_SUCCESS) e = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qc, &qc, NULL);
   if (e != CL_SUCCESS) return ng_fail(e, "queue: not a valid command queue");
+  /* PoCL only notices at enqueue time; the check belongs before anything is built or written */
+  if (qc != ctx->cl_ctx)
+    return ng_fail(CL_INVALID_CONTEXT, "queue belongs to another OpenCL context than ctx");
   if (dev != ctx->device)
     return ng_fail(NG_ERR_UNSUPPORTED_QUEUE, "queue belongs to another device than the context");
   if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
@@ -67,9 +72,22 @@ bool ng_vec_aligned(const ng_context *ctx, ng_tensor t, size_t row_len, unsigned
 ng_status ng_check_rows(size_t rows, size_t n, size_t *count) {
   if (rows == 0 || n == 0)
     return ng_fail(NG_ERR_INVALID_SHAPE, "rows (%zu) and n (%zu) must both be at least 1", rows, n);
-  if (rows > UINT32_MAX || n > UINT32_MAX || ng_mul_overflows(rows, n, count))
-    return ng_fail(NG_ERR_INDEX_OVERFLOW, "rows %zu x n %zu exceeds the supported index range",
-                   rows, n);
+  /* 2^31, not 2^32 − 1: the kernels step 32-bit counters by up to `rows` (persistent groups) or
+   * a work-group, and a counter that wrapped past 2^32 would loop for ever. */
+  const size_t lim = (size_t)1 << 31;
+  if (rows > lim || n > lim || ng_mul_overflows(rows, n, count))
+    return ng_fail(NG_ERR_INDEX_OVERFLOW,
+                   "rows %zu x n %zu exceeds the supported index range (each at most 2^31)", rows,
+                   n);
+  return NG_SUCCESS;
+}
+
+ng_status ng_check_wait_list(cl_uint nwait, const cl_event *wait) {
+  if ((nwait == 0) != (wait == NULL))
+    return ng_fail(CL_INVALID_EVENT_WAIT_LIST, "num_events_in_wait_list is %u but event_wait_list "
+                   "is %s", nwait, wait ? "not NULL" : "NULL");
+  for (cl_uint i = 0; i < nwait; i++)
+    if (!wait[i]) return ng_fail(CL_INVALID_EVENT_WAIT_LIST, "event_wait_list[%u] is NULL", i);
   return NG_SUCCESS;
 }
 

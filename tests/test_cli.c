@@ -513,6 +513,30 @@ static const bad_file bad_files[] = {
     {"metadata not strings",
      "{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
      8, 0, NULL, 0, "__metadata__"},
+    /* added with docs/errors.md (issue 7) */
+    {"header length 1", "{}", 0, 1, NULL, 0, "too small for a JSON object"},
+    {"metadata not an object", "{\"__metadata__\":[1]}", 0, 0, NULL, 0,
+     "\"__metadata__\" is not a JSON object"},
+    {"duplicate metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, 0, NULL, 0,
+     "duplicate \"__metadata__\""},
+    {"name too long",
+     "{\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\":"
+     "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+     4, 0, NULL, 0, "is longer than 127 bytes"},
+    {"dim beyond 2^53", "{\"x\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,4]}}", 4,
+     0, NULL, 0, "shape entry 0 is not a non-negative integer"},
+    {"offset beyond 2^53",
+     "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[18446744073709551612,"
+     "18446744073709551616]}}",
+     4, 0, NULL, 0, "\"data_offsets\" must be [begin, end]"},
+    {"rows x N bytes beyond 2^63",
+     "{\"x\":{\"dtype\":\"BF16\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+     0, NULL, 0, "the shape's byte size overflows"},
+    {"rows x N beyond 2^31, data absent",
+     "{\"x\":{\"dtype\":\"BF16\",\"shape\":[65536,32769],\"data_offsets\":[0,4295098368]}}", 8,
+     0, NULL, 0, "outside the data section"},
+    {"header not UTF-8 JSON", "\xff\xfe{}", 0, 0, NULL, 0, "not valid JSON"},
 };
 
 static void make_bad(const bad_file *b, void **buf, size_t *len) {
@@ -810,6 +834,60 @@ static void test_usage_errors(void **state) {
   proc_free(&none);
 }
 
+/* ---- more bad input (docs/errors.md, issue 7) ----------------------------------------------------- */
+static void test_more_usage_errors(void **state) {
+  (void)state;
+  cli_tensors in = {0};
+  const int64_t xs[2] = {2, 8};
+  float v[16];
+  for (int i = 0; i < 16; i++) v[i] = (float)i - 7.0f;
+  add_floats(&in, "x", NG_F32, 2, xs, v);
+  char *good = path_in(in_dir, "good2.safetensors");
+  write_input(good, &in);
+  cli_tensors_free(&in);
+  char *outp = path_in(out_dir, "out.safetensors");
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+  /* subcommands other than run */
+  expect_failure(ARGS("inspect", "--bogus", good), 2, "inspect: unknown option '--bogus'");
+  expect_failure(ARGS("inspect", good, "second"), 2, "unexpected argument 'second'");
+  expect_failure(ARGS("inspect", "/dev/null"), 2, "not a regular file");
+  expect_failure(ARGS("help", "frobnicate"), 2, "unknown subcommand 'frobnicate'");
+  expect_failure(ARGS("help", "run", "extra"), 2, "unexpected argument 'extra'");
+  expect_failure(ARGS("devices", "extra"), 2, "devices: unexpected argument 'extra'");
+  expect_failure(ARGS("devices", "--json=yes"), 2, "takes no value");
+  /* run */
+  expect_failure(ARGS("run", "rmsnorm", "--in", good, "--out", outp, "-x"), 2,
+                 "unknown option '-x'");
+  expect_failure(ARGS("run", "rmsnorm", "--in", good, "--out", outp, "--", "--eps"), 2,
+                 "unexpected argument '--eps'");
+  expect_failure(ARGS("run", "rmsnorm", "--in", good, "--out", ""), 2, "names a directory");
+  /* bench: sizes, a device that is not there, a buffer beyond the device's largest allocation */
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "2147483648", "--hidden", "64", "--dtype",
+                      "f32"),
+                 2, "--rows: 2147483648 is out of range");
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "8", "--hidden", "-5", "--dtype", "f32"), 2,
+                 "--hidden: -5 is out of range");
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "8", "--hidden", "64"), 2, "missing --dtype");
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "8", "--hidden", "64", "--dtype", "f32",
+                      "--json=1"),
+                 2, "takes no value");
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "8", "--hidden", "64", "--dtype", "f32",
+                      "--device", "99"),
+                 2, "no device matches");
+  const char *env_dev[] = {"NORMGRAD_DEVICE=nonexistent", NULL};
+  expect_failure_env(ARGS("bench", "rmsnorm", "--rows", "8", "--hidden", "64", "--dtype", "f32"),
+                     env_dev, 2, "no device matches --device/NORMGRAD_DEVICE 'nonexistent'");
+  /* rows·N = 2^40 bf16 elements (2 TiB) and (2^31 − 1)² f32 elements (bytes beyond 2^63):
+   * refused before any host or device memory is filled, as a device failure */
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "1048576", "--hidden", "1048576", "--dtype",
+                      "bf16"),
+                 3, "exceeds the device's largest allocation");
+  expect_failure(ARGS("bench", "rmsnorm", "--rows", "2147483647", "--hidden", "2147483647",
+                      "--dtype", "f32"),
+                 3, "exceeds the device's largest allocation");
+#undef ARGS
+}
+
 /* ---- help, version, devices, bench ---------------------------------------------------------------- */
 static void test_help_and_devices(void **state) {
   (void)state;
@@ -934,6 +1012,7 @@ int main(void) {
       cmocka_unit_test(test_help_and_devices),
       cmocka_unit_test(test_malformed_files_cli),
       cmocka_unit_test(test_usage_errors),
+      cmocka_unit_test(test_more_usage_errors),
       cmocka_unit_test(test_rmsnorm_bf16_gemma),
       cmocka_unit_test(test_rmsnorm_f32_none),
       cmocka_unit_test(test_rmsnorm_no_weight),

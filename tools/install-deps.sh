@@ -3,7 +3,8 @@
 # Does nothing when they are all present; uses sudo when not run as root.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd
-      libclblast-dev libcmocka-dev libcjson-dev)
+      libclblast-dev libcmocka-dev libcjson-dev
+      valgrind clang libclang-rt-dev) # memcheck of the CLI; libFuzzer (tests/fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -506,6 +506,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
                           bool gemms_only, cl_uint nwait, const cl_event *wait, cl_event *event) {
   ng_clear_detail();
   ng_status s = check_params(ctx, queue, p, t, flags);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS) s = check_tensors(ctx, p, t, true);
   if (s != NG_SUCCESS) return s;
 

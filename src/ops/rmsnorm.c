@@ -1,11 +1,15 @@
-/* RMSNorm: validation, variant choice and enqueue (kernels in cl/rmsnorm.cl). */
+/* RMSNorm and fused add + RMSNorm: validation, variant choice and enqueue (kernels in
+ * cl/rmsnorm.cl). The fused op is RMSNorm of s = rd(x + residual), so both share the checks and
+ * launch code below; they differ only in the extra tensors (residual and s forward, ds_out
+ * backward). */
 #include "../ng_internal.h"
 
 static ng_status check_params(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                              size_t *count) {
+                              cl_uint nwait, const cl_event *wait, size_t *count) {
   if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
   if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
   ng_status s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
   if (s == NG_SUCCESS) s = ng_check_rows(p->rows, p->n, count);
   if (s == NG_SUCCESS) s = ng_check_scalar(p->eps, "eps", true);
   if (s == NG_SUCCESS) s = ng_check_scalar(p->offset, "offset", false);
@@ -19,46 +23,97 @@ static ng_status check_weight(ng_context *ctx, ng_tensor w, size_t n) {
   return w.mem ? ng_check_tensor(ctx, w, "weight", n, true) : NG_SUCCESS;
 }
 
-ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                             ng_tensor x, ng_tensor weight, ng_tensor y, ng_tensor rstd,
-                             cl_uint nwait, const cl_event *wait, cl_event *event) {
-  ng_clear_detail();
-  size_t count = 0;
-  ng_status s = check_params(ctx, queue, p, &count);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
-  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
-  if (s == NG_SUCCESS) s = check_weight(ctx, weight, p->n);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, rstd, "rstd", p->rows, true);
+/* Build options of the forward and backward programs; the launch path and
+ * ng_rmsnorm_for_each_variant both use these, so prebuild builds exactly what calls use. */
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
+                     bool fused) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, has_w, wd);
+  if (fused) ng_opts_add(o, "FUSED_ADD", 1);
+}
+
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
+                     bool compute_dw, bool has_ds) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, has_w, wd);
+  ng_opts_add(o, "COMPUTE_DW", compute_dw);
+  if (has_ds) ng_opts_add(o, "HAS_DS", 1);
+}
+
+/* A tensor of `count` elements that must have x's dtype. */
+static ng_status check_like_x(ng_context *ctx, ng_tensor x, ng_tensor t, const char *what,
+                              size_t count) {
+  ng_status s = ng_check_tensor(ctx, t, what, count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", t, what);
+  return s;
+}
+
+static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
+  ng_status s = ng_check_tensor(ctx, rstd, "rstd", rows, true);
   if (s == NG_SUCCESS && rstd.dtype != NG_F32)
     s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "rstd must be f32");
+  return s;
+}
+
+/* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
+static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                             bool fused, ng_tensor x, ng_tensor residual, ng_tensor weight,
+                             ng_tensor y, ng_tensor sum, ng_tensor rstd, cl_uint nwait,
+                             const cl_event *wait, cl_event *event) {
+  size_t count = 0;
+  ng_status s = check_params(ctx, queue, p, nwait, wait, &count);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS && fused) s = check_like_x(ctx, x, residual, "residual", count);
+  if (s == NG_SUCCESS) s = check_like_x(ctx, x, y, "y", count);
+  if (s == NG_SUCCESS && fused) s = check_like_x(ctx, x, sum, "s", count);
+  if (s == NG_SUCCESS) s = check_weight(ctx, weight, p->n);
+  if (s == NG_SUCCESS) s = check_rstd(ctx, rstd, p->rows);
   if (s != NG_SUCCESS) return s;
 
-  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
-                      ng_vec_aligned(ctx, weight, p->n, 8);
+  bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
+                ng_vec_aligned(ctx, weight, p->n, 8);
+  if (fused) vec_ok = vec_ok && ng_vec_aligned(ctx, residual, p->n, 8) &&
+                      ng_vec_aligned(ctx, sum, p->n, 8);
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
+  fwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, fused);
   cl_program prog;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
 
-  cl_ulong xo = x.offset, wo = weight.offset, yo = y.offset, ro = rstd.offset;
+  cl_ulong xo = x.offset, reso = residual.offset, so = sum.offset, wo = weight.offset,
+           yo = y.offset, ro = rstd.offset;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float eps = p->eps, off = p->offset;
   cl_int mode = p->casting_mode;
-  const ng_arg args[] = {NG_ARG(x.mem), NG_ARG(xo),   NG_ARG(weight.mem), NG_ARG(wo),
-                         NG_ARG(y.mem), NG_ARG(yo),   NG_ARG(rstd.mem),   NG_ARG(ro),
-                         NG_ARG(rows),  NG_ARG(n),    NG_ARG(eps),        NG_ARG(off),
-                         NG_ARG(mode)};
-  return ng_enqueue(queue, prog, "ng_rmsnorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
-                    NG_ARRAY_LEN(args), nwait, wait, event);
+  ng_arg args[17];
+  cl_uint na = 0;
+  args[na++] = NG_ARG(x.mem);
+  args[na++] = NG_ARG(xo);
+  if (fused) {
+    args[na++] = NG_ARG(residual.mem);
+    args[na++] = NG_ARG(reso);
+    args[na++] = NG_ARG(sum.mem);
+    args[na++] = NG_ARG(so);
+  }
+  const ng_arg rest[] = {NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(y.mem), NG_ARG(yo),
+                         NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(rows),  NG_ARG(n),
+                         NG_ARG(eps),        NG_ARG(off), NG_ARG(mode)};
+  for (size_t i = 0; i < NG_ARRAY_LEN(rest); i++) args[na++] = rest[i];
+  return ng_enqueue(queue, prog, fused ? "ng_fused_add_rmsnorm_fwd" : "ng_rmsnorm_fwd",
+                    (size_t)l.groups * l.wg, l.wg, args, na, nwait, wait, event);
 }
 
-ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
-                                           int compute_dweight, size_t *bytes) {
+ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                             ng_tensor x, ng_tensor weight, ng_tensor y, ng_tensor rstd,
+                             cl_uint nwait, const cl_event *wait, cl_event *event) {
   ng_clear_detail();
+  return rms_forward(ctx, queue, p, false, x, ng_tensor_none(), weight, y, ng_tensor_none(), rstd,
+                     nwait, wait, event);
+}
+
+static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int compute_dweight,
+                              size_t *bytes) {
   if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
   size_t count;
   ng_status s = ng_check_rows(p->rows, p->n, &count);
@@ -74,24 +129,32 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
   return NG_SUCCESS;
 }
 
-ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                              ng_tensor dy, ng_tensor x, ng_tensor weight, ng_tensor rstd,
-                              ng_tensor dx, ng_tensor dweight, unsigned flags, ng_tensor scratch,
-                              cl_uint nwait, const cl_event *wait, cl_event *event) {
+ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
+                                           int compute_dweight, size_t *bytes) {
   ng_clear_detail();
+  return scratch_size(ctx, p, compute_dweight, bytes);
+}
+
+/* Backward; `x` is the normalized input (s for the fused op), ds_out (optional) is added to dx. */
+static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                              const char *x_name, ng_tensor dy, ng_tensor ds_out, ng_tensor x,
+                              ng_tensor weight, ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                              unsigned flags, ng_tensor scratch, cl_uint nwait,
+                              const cl_event *wait, cl_event *event) {
   size_t count = 0;
-  ng_status s = check_params(ctx, queue, p, &count);
+  ng_status s = check_params(ctx, queue, p, nwait, wait, &count);
   if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
     s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, x_name, count, true);
   if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dx, "dx", count, true);
-  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dy, "dy");
-  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dx, "dx");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, x_name, dy, "dy");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, x_name, dx, "dx");
+  const bool has_ds = ds_out.mem != NULL;
+  if (s == NG_SUCCESS && has_ds) s = ng_check_tensor(ctx, ds_out, "ds_out", count, true);
+  if (s == NG_SUCCESS && has_ds) s = ng_check_same_dtype(x, x_name, ds_out, "ds_out");
   if (s == NG_SUCCESS) s = check_weight(ctx, weight, p->n);
-  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, rstd, "rstd", p->rows, true);
-  if (s == NG_SUCCESS && rstd.dtype != NG_F32)
-    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "rstd must be f32");
+  if (s == NG_SUCCESS) s = check_rstd(ctx, rstd, p->rows);
   const bool compute_dw = dweight.mem != NULL;
   if (s == NG_SUCCESS && compute_dw && !weight.mem)
     s = ng_fail(NG_ERR_INVALID_VALUE, "dweight given but the op has no weight");
@@ -100,15 +163,14 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s != NG_SUCCESS) return s;
 
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
-                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
+                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
+                ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid */
   const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, compute_dw);
   const size_t scratch_bytes = compute_dw ? (size_t)l.groups * 4 * p->n : 0;
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
-  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
+  bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
@@ -118,19 +180,112 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s != NG_SUCCESS) return s;
 
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
-  cl_ulong po = sc.offset_bytes / 4;
+  cl_ulong po = sc.offset_bytes / 4, dso = ds_out.offset;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float off = p->offset;
   cl_int mode = p->casting_mode;
-  const ng_arg args[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),   NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(rstd.mem), NG_ARG(ro),
-                         NG_ARG(dx.mem), NG_ARG(dxo), NG_ARG(sc.mem),  NG_ARG(po),
-                         NG_ARG(rows),  NG_ARG(n),   NG_ARG(off),     NG_ARG(mode)};
-  s = ng_enqueue(queue, prog, "ng_rmsnorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
-                 NG_ARRAY_LEN(args), nwait, wait, compute_dw ? NULL : event);
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(rstd.mem), NG_ARG(ro),
+                         NG_ARG(dx.mem),     NG_ARG(dxo), NG_ARG(sc.mem),   NG_ARG(po),
+                         NG_ARG(rows),       NG_ARG(n),   NG_ARG(off),      NG_ARG(mode),
+                         NG_ARG(ds_out.mem), NG_ARG(dso)};
+  /* The last two arguments exist only in the HAS_DS variant. */
+  const cl_uint nargs = (cl_uint)NG_ARRAY_LEN(args) - (has_ds ? 0 : 2);
+  s = ng_enqueue(queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd" : "ng_rmsnorm_bwd",
+                 (size_t)l.groups * l.wg, l.wg, args, nargs, nwait, wait,
+                 compute_dw ? NULL : event);
   if (s == NG_SUCCESS && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, po, l.groups, p->n, dweight,
                                    (flags & NG_ACCUMULATE_GRAD) != 0, 0, NULL, event);
   ng_scratch_release(&sc);
   return s;
+}
+
+ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
+                              ng_tensor dy, ng_tensor x, ng_tensor weight, ng_tensor rstd,
+                              ng_tensor dx, ng_tensor dweight, unsigned flags, ng_tensor scratch,
+                              cl_uint nwait, const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  return rms_backward(ctx, queue, p, "x", dy, ng_tensor_none(), x, weight, rstd, dx, dweight,
+                      flags, scratch, nwait, wait, event);
+}
+
+/* ---- fused add + RMSNorm --------------------------------------------------------------------- */
+static ng_rmsnorm_params as_rms(const ng_fused_add_rmsnorm_params *p) {
+  ng_rmsnorm_params r = {p->rows, p->n, p->eps, p->offset, p->casting_mode};
+  return r;
+}
+
+ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
+                                       const ng_fused_add_rmsnorm_params *p, ng_tensor x,
+                                       ng_tensor residual, ng_tensor weight, ng_tensor y,
+                                       ng_tensor s, ng_tensor rstd, cl_uint nwait,
+                                       const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  const ng_rmsnorm_params rp = as_rms(p);
+  return rms_forward(ctx, queue, &rp, true, x, residual, weight, y, s, rstd, nwait, wait, event);
+}
+
+ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                        const ng_fused_add_rmsnorm_params *p, ng_tensor dy,
+                                        ng_tensor ds_out, ng_tensor s, ng_tensor weight,
+                                        ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                                        unsigned flags, ng_tensor scratch, cl_uint nwait,
+                                        const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  const ng_rmsnorm_params rp = as_rms(p);
+  return rms_backward(ctx, queue, &rp, "s", dy, ds_out, s, weight, rstd, dx, dweight, flags,
+                      scratch, nwait, wait, event);
+}
+
+ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
+                                                     const ng_fused_add_rmsnorm_params *p,
+                                                     int compute_dweight, size_t *bytes) {
+  ng_clear_detail();
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  const ng_rmsnorm_params rp = as_rms(p);
+  return scratch_size(ctx, &rp, compute_dweight, bytes);
+}
+
+/* Every program the RMSNorm (or, with `fused`, the fused add + RMSNorm) calls can pick on this device: x dtype × (no weight, or a weight
+ * of each dtype) × forward / frozen backward / backward with dW × each launch shape the device
+ * can get (vector width 8 or 1; on GPUs the work-group size grows with the row length, so row
+ * lengths of every power of two are asked for), and the dweight reductions. Other shape effects
+ * (the group count) are kernel arguments. Duplicates are left to the caller. */
+static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int pass = 0; pass < 3; pass++) /* forward, frozen backward, backward with dW */
+    for (int aligned = 1; aligned >= 0; aligned--)
+      for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
+        const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                                     pass == 2);
+        for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+          for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
+            const bool has_w = wi >= 0; /* dW needs a weight */
+            const ng_dtype wd = has_w ? fl[wi] : NG_F32;
+            for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
+              ng_opts o;
+              if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
+              else bwd_opts(&o, &l, fl[xi], has_w, wd, pass == 2, ds != 0);
+              if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
+            }
+          }
+      }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
+  return s;
+}
+
+ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  return for_each_variant(ctx, false, fn, user);
+}
+
+ng_status ng_fused_add_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  return for_each_variant(ctx, true, fn, user);
 }

@@ -131,6 +131,10 @@ typedef struct cli_command {
   const char *usage;   /* full text for `normgrad-cli NAME --help` */
 } cli_command;
 
+/* `cache list|clear|prebuild` (cache_cmd.c): its function and usage text for the table. */
+int cli_cmd_cache(int argc, char **argv);
+extern const char cli_cache_usage[];
+
 /* Print "normgrad-cli: <message>\n" on stderr; returns `code` so callers can `return cli_error(…)`. */
 int cli_error(int code, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -263,5 +267,13 @@ typedef struct cli_bench_more {
 /* For bench_setup: attach `more` to `c`, one of the cases it fills in. Kept by pointer: it must
  * stay valid until bench_cleanup (put it in the op's state). */
 void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more);
+
+/* ---- entry point (main.c; main() itself is in entry.c) -----------------------------------------
+ * cli_main is the whole tool: argv as main() gets it, the process exit code back. With
+ * cli_parse_only set, every subcommand returns CLI_OK as soon as its arguments have been parsed
+ * and checked, before it reads a file, opens a device or prints a result; errors are reported
+ * exactly as without it. The argument fuzzer (tests/fuzz/fuzz_args.c) runs in that mode. */
+int cli_main(int argc, char **argv);
+extern bool cli_parse_only;
 
 #endif

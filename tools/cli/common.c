@@ -116,11 +116,25 @@ void cli_env_close(cli_env *env) {
 }
 
 /* ---- buffers ----------------------------------------------------------------------------------- */
+/* A buffer larger than the device's largest allocation fails in clCreateBuffer anyway; saying so
+ * first keeps benchmark set-up from filling gigabytes of host memory for nothing. */
+static bool exceeds_max_alloc(cli_env *env, size_t bytes, char *err, size_t errlen) {
+  cl_ulong max = 0;
+  if (clGetDeviceInfo(env->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max, &max, NULL) !=
+          CL_SUCCESS ||
+      max == 0 || (cl_ulong)bytes <= max)
+    return false;
+  fmt(err, errlen, "a buffer of %zu bytes exceeds the device's largest allocation (%llu bytes)",
+      bytes, (unsigned long long)max);
+  return true;
+}
+
 cl_mem cli_alloc(cli_env *env, size_t bytes, char *err, size_t errlen) {
+  if (exceeds_max_alloc(env, bytes, err, errlen)) return NULL;
   cl_int e = CL_SUCCESS;
   /* OpenCL refuses zero-sized buffers; an empty tensor gets a tiny one. */
   cl_mem m = clCreateBuffer(env->cl_ctx, CL_MEM_READ_WRITE, bytes ? bytes : 16, NULL, &e);
-  if (!m) fmt(err, errlen, "clCreateBuffer(%zu bytes) failed: %d", bytes, e);
+  if (!m) fmt(err, errlen, "clCreateBuffer(%zu bytes) failed: %s", bytes, ng_status_name(e));
   return m;
 }
 
@@ -170,6 +184,7 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
     fmt(err, errlen, "random buffer: bad dtype or size");
     return NULL;
   }
+  if (exceeds_max_alloc(env, count * es, err, errlen)) return NULL;
   void *host = calloc(count ? count : 1, es);
   if (!host) {
     fmt(err, errlen, "out of host memory (%zu bytes)", count * es);
@@ -197,6 +212,6 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
   cl_mem m = clCreateBuffer(env->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                             count ? count * es : es, host, &e);
   free(host);
-  if (!m) fmt(err, errlen, "clCreateBuffer(%zu bytes) failed: %d", count * es, e);
+  if (!m) fmt(err, errlen, "clCreateBuffer(%zu bytes) failed: %s", count * es, ng_status_name(e));
   return m;
 }

@@ -13,6 +13,8 @@
 
 #define ERRLEN 1024
 
+bool cli_parse_only = false;
+
 int cli_error(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -261,6 +263,7 @@ static int cmd_devices(int argc, char **argv) {
       return cli_error(CLI_USAGE, "devices: unknown option '%s'", a.name);
     }
   }
+  if (cli_parse_only) return CLI_OK;
   cl_uint count = 0;
   ng_status s = ng_list_devices(NULL, 0, &count);
   if (s != NG_SUCCESS) {
@@ -338,6 +341,7 @@ static int cmd_run(int argc, char **argv) {
   if (rc) return rc;
   if (!in) return cli_error(CLI_USAGE, "run: missing --in IN.safetensors");
   if (!out) return cli_error(CLI_USAGE, "run: missing --out OUT.safetensors");
+  if (cli_parse_only) return CLI_OK;
 
   cli_tensors tin = {0}, tout = {0};
   rc = cli_st_read(in, &tin, err, sizeof err);
@@ -426,6 +430,7 @@ static int cmd_bench(int argc, char **argv) {
   if (!op->bench_setup) return cli_error(CLI_USAGE, "bench: op '%s' has no benchmark", op->name);
   cli_bench_spec spec = {(size_t)rows, (size_t)hidden, (ng_dtype)dtype, o.freeze_weight,
                          o.freeze_bias};
+  if (cli_parse_only) return CLI_OK;
   cli_env env;
   rc = cli_env_open(dev, &env, err, sizeof err);
   if (rc) return cli_error(rc, "bench %s: %s", op->name, err);
@@ -445,6 +450,7 @@ static int cmd_inspect(int argc, char **argv) {
     file = pos;
   }
   if (!file) return cli_error(CLI_USAGE, "inspect: missing FILE");
+  if (cli_parse_only) return CLI_OK;
   cli_tensors ts = {0};
   char err[ERRLEN];
   int rc = cli_st_read(file, &ts, err, sizeof err);
@@ -549,6 +555,7 @@ static const cli_command commands[] = {
      "\n"
      "Checks FILE like `run` does and prints each tensor's name, dtype and shape, with the\n"
      "minimum, maximum and mean of its finite values (and the count of NaN/Inf ones).\n"},
+    {"cache", cli_cmd_cache, "list, clear or fill the on-disk program cache", cli_cache_usage},
     {"help", cmd_help, "help for a subcommand", "usage: normgrad-cli help [SUBCOMMAND]\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -589,7 +596,7 @@ static int cmd_help(int argc, char **argv) {
   return CLI_OK;
 }
 
-int main(int argc, char **argv) {
+int cli_main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

@@ -1,0 +1,420 @@
+/* GroupNorm forward and backward (SPEC.md "GroupNorm").
+ *
+ * x is [B, C, S]; group g of batch b is the contiguous block blk = b·G + g of n = Cg·S elements
+ * (Cg = C/G channels). The work is cut into units, U per block: k whole channels of the group
+ * (P = 1), or one piece of at most Ls elements of one channel (k = 1, P pieces per channel).
+ * Either way a unit is one contiguous range.
+ *  - U = 1 (`split` = 0): one kernel computes a block's statistics and then runs the elementwise
+ *    pass over the same block while it is still in cache.
+ *  - U > 1 (few large blocks): the first kernel writes one partial per unit to `part`, the second
+ *    merges the block's U partials in unit order and runs the elementwise pass. Every unit of a
+ *    block merges the same values in the same order, so all of them agree bit for bit.
+ * Persistent grid: work-group i handles units i, i + groups, … . WG = 1 is a unit per work-item
+ * (the CPU shape), WG > 1 a unit per work-group with local-memory reductions (the GPU shape).
+ *
+ * Options beyond ng_common.clh: BWD (1 builds the backward kernels, 0 the forward ones: a
+ * program holds only the pass it is built for), COMPUTE_DW, COMPUTE_DB (backward; 0 compiles
+ * that parameter's per-channel sums out). The parameters' dtype and whether weight and bias exist
+ * are kernel arguments: they are read once per channel, so a build per combination would buy
+ * nothing. */
+
+#define XT NG_STORE(DTYPE)
+#define LDX(p, i) NG_LDV(DTYPE, p, i)
+#define STX(p, i, v) NG_STV(DTYPE, p, i, v)
+
+#ifndef BWD
+#define BWD 0
+#endif
+#ifndef COMPUTE_DW
+#define COMPUTE_DW 1
+#endif
+#ifndef COMPUTE_DB
+#define COMPUTE_DB 1
+#endif
+/* Vectors per work-item chunk of the statistics pass: a chunk's mean and squared deviations are
+ * formed in registers (an exact two-pass over the chunk), then merged into running statistics. */
+#if WG == 1
+#define CHV (VEC == 8 ? 8 : 32)
+#else
+#define CHV (VEC == 8 ? 2 : 4)
+#endif
+
+/* One parameter element of runtime dtype `dt` (element index i). */
+inline float gn_ld_param(__global const uchar *p, ulong i, int dt) {
+  if (dt == NG_F32) return ((__global const float *)p)[i];
+  if (dt == NG_F16) return vload_half(i, (__global const half *)p);
+  return ng_bf16_to_f32(((__global const ushort *)p)[i]);
+}
+
+/* ---- statistics: count, compensated sum (hi + lo), sum of squared deviations from the mean ----
+ * Merging two sets (Chan et al.) keeps M2 free of the E[x²] − mean² cancellation; the sum is
+ * carried as an unevaluated pair (two-sum) so the mean of millions of elements with a large
+ * offset stays within about an ulp. */
+typedef struct gn_st {
+  uint n;
+  float hi, lo, m2;
+} gn_st;
+
+inline gn_st gn_merge(gn_st a, gn_st b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const float na = (float)a.n, nb = (float)b.n, nn = (float)(a.n + b.n);
+  const float d = (b.hi + b.lo) / nb - (a.hi + a.lo) / na;
+  gn_st r;
+  r.n = a.n + b.n;
+  r.m2 = a.m2 + b.m2 + d * d * (na * (nb / nn));
+  const float s = a.hi + b.hi, bv = s - a.hi;
+  r.hi = s;
+  r.lo = (a.lo + b.lo) + ((a.hi - (s - bv)) + (b.hi - bv));
+  return r;
+}
+
+/* Statistics of the chunk v[0..CHV) (entries with valid[q] = 0 are ignored). */
+inline gn_st gn_chunk(const floatV *v, uint cnt, float sum, const bool *valid) {
+  gn_st c;
+  c.n = cnt;
+  c.hi = sum;
+  c.lo = 0.0f;
+  const float cm = sum / (float)cnt;
+  floatV m2 = (floatV)(0.0f);
+#pragma unroll
+  for (int q = 0; q < CHV; q++) {
+    const floatV d = v[q] - cm;
+    if (valid[q]) m2 = fma(d, d, m2);
+  }
+  c.m2 = ng_hsum(m2);
+  return c;
+}
+
+/* Merge the work-group's statistics in a fixed tree order; every work-item gets the result. */
+inline gn_st gn_wg_merge(gn_st s, __local uint *ln, __local float *lh, __local float *ll,
+                         __local float *lm) {
+#if WG == 1
+  (void)ln, (void)lh, (void)ll, (void)lm;
+  return s;
+#else
+  const uint lid = get_local_id(0);
+  ln[lid] = s.n, lh[lid] = s.hi, ll[lid] = s.lo, lm[lid] = s.m2;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint w = WG / 2; w > 0; w >>= 1) {
+    if (lid < w) {
+      gn_st a = {ln[lid], lh[lid], ll[lid], lm[lid]};
+      gn_st b = {ln[lid + w], lh[lid + w], ll[lid + w], lm[lid + w]};
+      a = gn_merge(a, b);
+      ln[lid] = a.n, lh[lid] = a.hi, ll[lid] = a.lo, lm[lid] = a.m2;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  gn_st r = {ln[0], lh[0], ll[0], lm[0]};
+  barrier(CLK_LOCAL_MEM_FENCE); /* the arrays are reused by the next unit */
+  return r;
+#endif
+}
+
+/* Statistics of the contiguous range x[0 .. nv·VEC), merged over the work-group. Work-item lid
+ * takes vectors lid, lid + WG, … in chunks of CHV, so each load round is coalesced. */
+inline gn_st gn_range_stats(__global const XT *x, uint nv, __local uint *ln, __local float *lh,
+                            __local float *ll, __local float *lm) {
+  const uint lid = get_local_id(0);
+  gn_st run = {0u, 0.0f, 0.0f, 0.0f};
+  const uint step = WG * CHV;
+  const uint full = nv / step * step;
+  bool all[CHV];
+#pragma unroll
+  for (int q = 0; q < CHV; q++) all[q] = true;
+  for (uint base = 0; base < full; base += step) {
+    floatV v[CHV];
+    floatV acc = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < CHV; q++) {
+      v[q] = LDX(x, base + (uint)q * WG + lid);
+      acc += v[q];
+    }
+    run = gn_merge(run, gn_chunk(v, CHV * VEC, ng_hsum(acc), all));
+  }
+  if (full < nv) {
+    floatV v[CHV];
+    bool ok[CHV];
+    floatV acc = (floatV)(0.0f);
+    uint cnt = 0;
+#pragma unroll
+    for (int q = 0; q < CHV; q++) {
+      const uint i = full + (uint)q * WG + lid;
+      ok[q] = i < nv;
+      v[q] = ok[q] ? LDX(x, i) : (floatV)(0.0f);
+      acc += v[q];
+      cnt += ok[q] ? VEC : 0;
+    }
+    if (cnt) run = gn_merge(run, gn_chunk(v, cnt, ng_hsum(acc), ok));
+  }
+  return gn_wg_merge(run, ln, lh, ll, lm);
+}
+
+/* ---- units ----------------------------------------------------------------------------------- */
+typedef struct gn_unit {
+  uint blk;   /* b·G + g */
+  uint c_lo;  /* first channel of the unit, within the group */
+  uint nch;   /* channels in the unit */
+  uint s0;    /* first spatial element of each channel */
+  uint len;   /* spatial elements per channel */
+  uint p;     /* piece index (0 for whole channels) */
+  ulong start; /* element index of the unit's first element */
+} gn_unit;
+
+inline gn_unit gn_decode(uint ug, uint U, uint Cg, uint S, uint k, uint P, uint Ls) {
+  gn_unit t;
+  t.blk = ug / U;
+  const uint u = ug % U;
+  if (P == 1) {
+    t.c_lo = u * k;
+    t.nch = min(k, Cg - t.c_lo);
+    t.s0 = 0;
+    t.len = S;
+    t.p = 0;
+  } else {
+    t.c_lo = u / P;
+    t.nch = 1;
+    t.p = u % P;
+    t.s0 = t.p * Ls;
+    t.len = min(Ls, S - t.s0);
+  }
+  t.start = (ulong)t.blk * Cg * S + (ulong)t.c_lo * S + t.s0;
+  return t;
+}
+
+#if !BWD
+/* ---- forward ----------------------------------------------------------------------------------
+ * y = rd((x − mean)·rstd·w[c] + b[c]). */
+inline void gn_apply(__global const XT *x, __global XT *y, gn_unit t, uint first_ch, uint S,
+                     float mean, float rs, __global const uchar *w, ulong w_off,
+                     __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b) {
+  const uint lid = get_local_id(0);
+  const uint lv = t.len / VEC;
+  for (uint c = 0; c < t.nch; c++) {
+    const uint ch = first_ch + c;
+    const float wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;
+    const float bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;
+    __global const XT *xc = x + t.start + (ulong)c * S;
+    __global XT *yc = y + t.start + (ulong)c * S;
+    for (uint i = lid; i < lv; i += WG) {
+      const floatV xh = (LDX(xc, i) - mean) * rs;
+      STX(yc, i, xh * wc + bc);
+    }
+  }
+}
+
+/* split = 0: U = 1, statistics and output in one pass over each block.
+ * split = 1: statistics of each unit to part[4·unit …] = (count bits, hi, lo, m2). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                 __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
+                 __global XT *y, ulong y_off, __global float *mean, ulong mean_off,
+                 __global float *rstd, ulong rstd_off, __global float *part, ulong part_off,
+                 uint units, uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, float eps,
+                 int split) {
+  __local uint ln[WG];
+  __local float lh[WG], ll[WG], lm[WG];
+  const uint lid = get_local_id(0);
+  x += x_off;
+  y += y_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  part += part_off;
+  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+    const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+    const gn_st st = gn_range_stats(x + t.start, t.nch * t.len / VEC, ln, lh, ll, lm);
+    if (split) {
+      if (lid == 0) {
+        __global float *pp = part + (ulong)ug * 4;
+        pp[0] = as_float(st.n), pp[1] = st.hi, pp[2] = st.lo, pp[3] = st.m2;
+      }
+      continue;
+    }
+    const float nf = (float)st.n;
+    const float mu = (st.hi + st.lo) / nf;
+    const float rs = rsqrt(st.m2 / nf + eps);
+    if (lid == 0) {
+      mean[t.blk] = mu;
+      rstd[t.blk] = rs;
+    }
+    gn_apply(x, y, t, (t.blk % G) * Cg + t.c_lo, S, mu, rs, w, w_off, b, b_off, pdt, has_w,
+             has_b);
+  }
+}
+
+/* Second kernel of the split forward: merge the block's unit statistics, then the output. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                       __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
+                       __global XT *y, ulong y_off, __global float *mean, ulong mean_off,
+                       __global float *rstd, ulong rstd_off, __global const float *part,
+                       ulong part_off, uint units, uint G, uint Cg, uint S, uint U, uint k,
+                       uint P, uint Ls, float eps) {
+  __local uint ln[WG];
+  __local float lh[WG], ll[WG], lm[WG];
+  const uint lid = get_local_id(0);
+  x += x_off;
+  y += y_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  part += part_off;
+  for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
+    const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
+    const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+    /* work-item lid merges partials lid, lid + WG, …; then the fixed tree of gn_wg_merge */
+    gn_st st = {0u, 0.0f, 0.0f, 0.0f};
+    __global const float *pp = part + (ulong)t.blk * U * 4;
+    for (uint u = lid; u < U; u += WG) {
+      const gn_st o = {as_uint(pp[4 * u]), pp[4 * u + 1], pp[4 * u + 2], pp[4 * u + 3]};
+      st = gn_merge(st, o);
+    }
+    st = gn_wg_merge(st, ln, lh, ll, lm);
+    const float nf = (float)st.n;
+    const float mu = (st.hi + st.lo) / nf;
+    const float rs = rsqrt(st.m2 / nf + eps);
+    if (lid == 0 && ug % U == 0) {
+      mean[t.blk] = mu;
+      rstd[t.blk] = rs;
+    }
+    gn_apply(x, y, t, (t.blk % G) * Cg + t.c_lo, S, mu, rs, w, w_off, b, b_off, pdt, has_w,
+             has_b);
+  }
+}
+
+#else
+/* ---- backward ---------------------------------------------------------------------------------
+ * Per block: g = w[c]·dy, c1 = Σ xhat·g / n, c2 = Σ g / n, dx = (g − xhat·c1 − c2)·rstd.
+ * Per channel: dw[c] = Σ dy·xhat, db[c] = Σ dy, written to the partial rows
+ * dwp/dbp[(b·P + p)·C + c] (each entry by exactly one unit) and summed over rows afterwards in
+ * row order. Σ xhat·g and Σ g have their own accumulators, the same in every variant, so dx does
+ * not depend on COMPUTE_DW / COMPUTE_DB. */
+inline void gn_dx(__global const XT *dy, __global const XT *x, __global XT *dx, gn_unit t,
+                  uint first_ch, uint S, float mu, float rs, float c1, float c2,
+                  __global const uchar *w, ulong w_off, int pdt, int has_w) {
+  const uint lid = get_local_id(0);
+  const uint lv = t.len / VEC;
+  for (uint c = 0; c < t.nch; c++) {
+    const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
+    const ulong o = t.start + (ulong)c * S;
+    for (uint i = lid; i < lv; i += WG) {
+      const floatV xh = (LDX(x + o, i) - mu) * rs;
+      const floatV g = LDX(dy + o, i) * wc;
+      STX(dx + o, i, ((g - xh * c1) - c2) * rs);
+    }
+  }
+}
+
+/* split = 0: U = 1, sums then dx in one pass over each block.
+ * split = 1: the unit's (Σ xhat·g, Σ g) to part[2·unit …]; ng_groupnorm_bwd_dx finishes. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                 __global const uchar *w, ulong w_off, int pdt, int has_w,
+                 __global const float *mean, ulong mean_off, __global const float *rstd,
+                 ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part,
+                 ulong part_off, __global float *dwp, ulong dwp_off, __global float *dbp,
+                 ulong dbp_off, uint units, uint G, uint Cg, uint S, uint U, uint k, uint P,
+                 uint Ls, int split) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  dy += dy_off;
+  x += x_off;
+  dx += dx_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  part += part_off;
+#if COMPUTE_DW
+  dwp += dwp_off;
+#else
+  (void)dwp, (void)dwp_off;
+#endif
+#if COMPUTE_DB
+  dbp += dbp_off;
+#else
+  (void)dbp, (void)dbp_off;
+#endif
+  const uint C = G * Cg;
+  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+    const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+    const uint first_ch = (t.blk % G) * Cg + t.c_lo;
+    const float mu = mean[t.blk], rs = rstd[t.blk];
+    const uint lv = t.len / VEC;
+#if COMPUTE_DW || COMPUTE_DB
+    const ulong prow = ((ulong)(t.blk / G) * P + t.p) * C;
+#endif
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
+    for (uint c = 0; c < t.nch; c++) {
+      const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
+      const ulong o = t.start + (ulong)c * S;
+#if COMPUTE_DW
+      floatV sw = (floatV)(0.0f);
+#endif
+#if COMPUTE_DB
+      floatV sb = (floatV)(0.0f);
+#endif
+      for (uint i = lid; i < lv; i += WG) {
+        const floatV d = LDX(dy + o, i);
+        const floatV xh = (LDX(x + o, i) - mu) * rs;
+        const floatV g = d * wc;
+        a1 = fma(g, xh, a1);
+        a2 += g;
+#if COMPUTE_DW
+        sw = fma(d, xh, sw);
+#endif
+#if COMPUTE_DB
+        sb += d;
+#endif
+      }
+#if COMPUTE_DW
+      {
+        const float s = ng_wg_sum(ng_hsum(sw), red);
+        if (lid == 0) dwp[prow + first_ch + c] = s;
+      }
+#endif
+#if COMPUTE_DB
+      {
+        const float s = ng_wg_sum(ng_hsum(sb), red);
+        if (lid == 0) dbp[prow + first_ch + c] = s;
+      }
+#endif
+    }
+    const float s1 = ng_wg_sum(ng_hsum(a1), red);
+    const float s2 = ng_wg_sum(ng_hsum(a2), red);
+    if (split) {
+      if (lid == 0) part[(ulong)ug * 2] = s1, part[(ulong)ug * 2 + 1] = s2;
+      continue;
+    }
+    const float nf = (float)(Cg * S);
+    gn_dx(dy, x, dx, t, first_ch, S, mu, rs, s1 / nf, s2 / nf, w, w_off, pdt, has_w);
+  }
+}
+
+/* Second kernel of the split backward: sum the block's unit partials in unit order, then dx. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                    __global const uchar *w, ulong w_off, int pdt, int has_w,
+                    __global const float *mean, ulong mean_off, __global const float *rstd,
+                    ulong rstd_off, __global XT *dx, ulong dx_off, __global const float *part,
+                    ulong part_off, uint units, uint G, uint Cg, uint S, uint U, uint k, uint P,
+                    uint Ls) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  dy += dy_off;
+  x += x_off;
+  dx += dx_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  part += part_off;
+  for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
+    const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
+    const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+    float s1 = 0.0f, s2 = 0.0f; /* strided over the work-group, then a fixed-order sum */
+    __global const float *pp = part + (ulong)t.blk * U * 2;
+    for (uint u = lid; u < U; u += WG) s1 += pp[2 * u], s2 += pp[2 * u + 1];
+    s1 = ng_wg_sum(s1, red);
+    s2 = ng_wg_sum(s2, red);
+    const float nf = (float)(Cg * S);
+    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s1 / nf,
+          s2 / nf, w, w_off, pdt, has_w);
+  }
+}
+#endif

@@ -1,0 +1,273 @@
+/* LayerNorm forward and backward (SPEC.md "LayerNorm").
+ *
+ * Options beyond ng_common.clh: HAS_B and B_DTYPE (forward: a bias is present, and its dtype —
+ * the weight's when there is a weight), COMPUTE_DW / COMPUTE_DB (backward: 0 = frozen weight /
+ * bias, every line of that gradient compiled out), REG (vector slots per work-item held in
+ * registers: the row when it fits, and its dW/dB sums).
+ *
+ * Same persistent grid as cl/rmsnorm.cl: work-group g handles rows g, g+G, … ; WG = 1 is a row
+ * per work-item (CPUs), WG > 1 a row per work-group with local-memory reductions (GPUs). Rows of
+ * at most WG·REG vectors are read into registers once; longer rows stream from memory (and
+ * cache) once per pass. Both paths sum in the same order, so they give the same bits. */
+
+#define XT NG_STORE(DTYPE)
+#define WT NG_STORE(W_DTYPE)
+#define LDX(p, i) NG_LDV(DTYPE, p, i)
+#define STX(p, i, v) NG_STV(DTYPE, p, i, v)
+#define LDW(p, i) NG_LDV(W_DTYPE, p, i)
+
+#ifndef HAS_B
+#define HAS_B 1
+#endif
+#ifndef B_DTYPE
+#define B_DTYPE W_DTYPE
+#endif
+#define BT NG_STORE(B_DTYPE)
+#ifndef COMPUTE_DW
+#define COMPUTE_DW 1
+#endif
+#ifndef COMPUTE_DB
+#define COMPUTE_DB 1
+#endif
+#ifndef REG
+#define REG 1
+#endif
+#define NEED_PART (COMPUTE_DW || COMPUTE_DB)
+
+/* y for one vector: xhat·w + b, each factor only when present. */
+inline floatV ln_out(floatV v, float mu, float rs, __global const WT *w, __global const BT *b,
+                     uint i) {
+  floatV o = (v - mu) * rs;
+#if HAS_W
+  o = o * LDW(w, i);
+#endif
+#if HAS_B
+  o = o + NG_LDV(B_DTYPE, b, i);
+#endif
+  return o;
+}
+
+/* Mean first, then the centred sum of squares in a second pass over the row: E[x²] − mean²
+ * would cancel catastrophically when |mean| ≫ std. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong w_off,
+                 __global const BT *b, ulong b_off, __global XT *y, ulong y_off,
+                 __global float *mean, ulong mean_off, __global float *rstd, ulong rstd_off,
+                 uint rows, uint n, float eps) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  x += x_off;
+  y += y_off;
+  w += w_off;
+  b += b_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  const bool cached = nv <= (uint)(WG * REG);
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *yr = y + (ulong)r * n;
+    floatV acc = (floatV)(0.0f);
+    if (cached) {
+      floatV xs[REG];
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < REG; k++) acc += xs[k];
+      const float mu = ng_wg_sum(ng_hsum(acc), red) / (float)n;
+      acc = (floatV)(0.0f);
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const floatV d = xs[k] - mu;
+        if (lid + (uint)k * WG < nv) acc = fma(d, d, acc);
+      }
+      const float rs = rsqrt(ng_wg_sum(ng_hsum(acc), red) / (float)n + eps);
+      if (lid == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+      }
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) STX(yr, i, ln_out(xs[k], mu, rs, w, b, i));
+      }
+      continue;
+    }
+    for (uint i = lid; i < nv; i += WG) acc += LDX(xr, i);
+    const float mu = ng_wg_sum(ng_hsum(acc), red) / (float)n;
+    acc = (floatV)(0.0f);
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV d = LDX(xr, i) - mu;
+      acc = fma(d, d, acc);
+    }
+    const float rs = rsqrt(ng_wg_sum(ng_hsum(acc), red) / (float)n + eps);
+    if (lid == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+    for (uint i = lid; i < nv; i += WG) STX(yr, i, ln_out(LDX(xr, i), mu, rs, w, b, i));
+  }
+}
+
+/* Both row sums of the backward in one fixed-order reduction (one set of barriers, not two);
+ * the same shapes as ng_wg_sum. `buf` holds WG float2. */
+inline float2 ln_wg_sum2(float2 v, __local float2 *buf) {
+#if WG == 1
+  (void)buf;
+  return v;
+#elif NG_NV_SHFL && WG % 32 == 0
+  for (int m = 16; m > 0; m >>= 1) {
+    v.x += ng_shfl_xor(v.x, m);
+    v.y += ng_shfl_xor(v.y, m);
+  }
+  const uint lid = get_local_id(0);
+  if ((lid & 31) == 0) buf[lid >> 5] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float2 r = (float2)(0.0f);
+  for (uint i = 0; i < WG / 32; i++) r += buf[i];
+  barrier(CLK_LOCAL_MEM_FENCE); /* buf is reused by the next row */
+  return r;
+#else
+  const uint lid = get_local_id(0);
+  buf[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = WG / 2; s > 0; s >>= 1) {
+    if (lid < s) buf[lid] += buf[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float2 r = buf[0];
+  barrier(CLK_LOCAL_MEM_FENCE); /* buf is reused by the next row */
+  return r;
+#endif
+}
+
+/* g = w·dy (dy without a weight) */
+#if HAS_W
+#define GRAD(d, i) ((d) * LDW(w, i))
+#else
+#define GRAD(d, i) (d)
+#endif
+/* dx from dy (d), xhat (xh) and the row's c1, c2, rstd: one expression for every path and
+ * every frozen variant, so dx has the same bits whatever is frozen. */
+#define DX(d, xh, i) ((GRAD(d, i) - (xh) * c1 - c2) * rs)
+
+/* dx = (g − xhat·c1 − c2)·rstd with c1 = Σ xhat·g / n, c2 = Σ g / n; this group's partials
+ * dW += dy·xhat and dB += dy. Partials live in registers when the row fits, else in the group's
+ * own rows of `part` (read-modify-write; on CPUs they stay in cache). `part` holds G rows of dW
+ * partials (when COMPUTE_DW) followed by G rows of dB partials (when COMPUTE_DB); the host sums
+ * each section in a fixed order (ng_reduce_partials). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                 __global const WT *w, ulong w_off, __global const float *mean, ulong mean_off,
+                 __global const float *rstd, ulong rstd_off, __global XT *dx, ulong dx_off,
+                 __global float *part, ulong part_off, uint rows, uint n) {
+  __local float2 red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  dx += dx_off;
+  const bool in_regs = nv <= (uint)(WG * REG); /* the row (and its sums) fit in registers */
+#if NEED_PART
+  __global float *prow = part + part_off + (ulong)get_group_id(0) * n;
+#else
+  (void)part;
+  (void)part_off;
+#endif
+#if COMPUTE_DW
+  floatV dwr[REG];
+#pragma unroll
+  for (int k = 0; k < REG; k++) dwr[k] = (floatV)(0.0f);
+  __global float *pw = prow;
+  if (!in_regs)
+    for (uint i = lid; i < nv; i += WG) NG_STV(NG_F32, pw, i, (floatV)(0.0f));
+#endif
+#if COMPUTE_DB
+  floatV dbr[REG];
+#pragma unroll
+  for (int k = 0; k < REG; k++) dbr[k] = (floatV)(0.0f);
+  __global float *pb = prow + (COMPUTE_DW ? (ulong)get_num_groups(0) * n : 0);
+  if (!in_regs)
+    for (uint i = lid; i < nv; i += WG) NG_STV(NG_F32, pb, i, (floatV)(0.0f));
+#endif
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+    const float mu = mean[r], rs = rstd[r];
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
+    if (in_regs) {
+      floatV dys[REG], xhs[REG];
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
+        xhs[k] = i < nv ? (LDX(xr, i) - mu) * rs : (floatV)(0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) {
+          const floatV g = GRAD(dys[k], i);
+          a1 = fma(xhs[k], g, a1);
+          a2 += g;
+        }
+      }
+      const float2 sums = ln_wg_sum2((float2)(ng_hsum(a1), ng_hsum(a2)), red);
+      const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+#pragma unroll
+      for (int k = 0; k < REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) {
+          STX(dxr, i, DX(dys[k], xhs[k], i));
+#if COMPUTE_DW
+          dwr[k] = fma(dys[k], xhs[k], dwr[k]);
+#endif
+#if COMPUTE_DB
+          dbr[k] += dys[k];
+#endif
+        }
+      }
+      continue;
+    }
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
+      a1 = fma(xh, g, a1);
+      a2 += g;
+    }
+    const float2 sums = ln_wg_sum2((float2)(ng_hsum(a1), ng_hsum(a2)), red);
+    const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
+      STX(dxr, i, DX(d, xh, i));
+#if COMPUTE_DW
+      NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)));
+#endif
+#if COMPUTE_DB
+      NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + d);
+#endif
+    }
+  }
+#if NEED_PART
+  if (in_regs) {
+#pragma unroll
+    for (int k = 0; k < REG; k++) {
+      const uint i = lid + (uint)k * WG;
+      if (i < nv) {
+#if COMPUTE_DW
+        NG_STV(NG_F32, pw, i, dwr[k]);
+#endif
+#if COMPUTE_DB
+        NG_STV(NG_F32, pb, i, dbr[k]);
+#endif
+      }
+    }
+  }
+#endif
+}

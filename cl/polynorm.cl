@@ -1,0 +1,161 @@
+/* PolyNorm forward and backward (SPEC.md "PolyNorm").
+ *
+ * Rows of n elements; per row, for p = 3, 2, 1: rstd_p = 1/sqrt(mean(x^2p) + eps). Every power
+ * is formed in f32 from the loaded value (x⁶ of an f16 x near 100 is 1e12: far beyond f16, easy
+ * for f32). Persistent grid as in rmsnorm.cl: work-group g handles rows g, g + groups, …; WG = 1
+ * is a row per work-item (CPU shape), WG > 1 a row per work-group (GPU shape).
+ *
+ * Options beyond ng_common.clh: BWD (1 builds the backward kernel, 0 the forward one: a program
+ * holds only the pass it is built for), COMPUTE_DW, COMPUTE_DB (backward; 0 compiles that
+ * parameter's sums out). The parameters (w[3], b[1]) are read once per work-group, so their
+ * dtype is a kernel argument rather than a build option. */
+
+#define XT NG_STORE(DTYPE)
+#define LDX(p, i) NG_LDV(DTYPE, p, i)
+#define STX(p, i, v) NG_STV(DTYPE, p, i, v)
+
+#ifndef BWD
+#define BWD 0
+#endif
+#ifndef COMPUTE_DW
+#define COMPUTE_DW 1
+#endif
+#ifndef COMPUTE_DB
+#define COMPUTE_DB 1
+#endif
+
+inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
+  if (dt == NG_F32) return ((__global const float *)p)[i];
+  if (dt == NG_F16) return vload_half(i, (__global const half *)p);
+  return ng_bf16_to_f32(((__global const ushort *)p)[i]);
+}
+
+#if !BWD
+/* rstd[r·3 …] = (rstd3, rstd2, rstd1); y = w0·x³·rstd3 + w1·x²·rstd2 + w2·x·rstd1 + b. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                __global const uchar *b, ulong b_off, int pdt, int has_b, __global XT *y,
+                ulong y_off, __global float *rstd, ulong rstd_off, uint rows, uint n, float eps) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  x += x_off;
+  y += y_off;
+  rstd += rstd_off;
+  const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);
+  const float w2 = pn_ld_param(w, w_off + 2, pdt);
+  const float bb = has_b ? pn_ld_param(b, b_off, pdt) : 0.0f;
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *yr = y + (ulong)r * n;
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV v = LDX(xr, i);
+      const floatV v2 = v * v, v3 = v2 * v;
+      a1 += v2;
+      a2 = fma(v2, v2, a2);
+      a3 = fma(v3, v3, a3);
+    }
+    const float nf = (float)n;
+    const float r1 = rsqrt(ng_wg_sum(ng_hsum(a1), red) / nf + eps);
+    const float r2 = rsqrt(ng_wg_sum(ng_hsum(a2), red) / nf + eps);
+    const float r3 = rsqrt(ng_wg_sum(ng_hsum(a3), red) / nf + eps);
+    if (lid == 0) {
+      rstd[(ulong)r * 3] = r3;
+      rstd[(ulong)r * 3 + 1] = r2;
+      rstd[(ulong)r * 3 + 2] = r1;
+    }
+    const float k3 = w0 * r3, k2 = w1 * r2, k1 = w2 * r1;
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV v = LDX(xr, i);
+      const floatV v2 = v * v, v3 = v2 * v;
+      STX(yr, i, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
+    }
+  }
+}
+
+#else
+/* With S_p = Σ dy·x^p:
+ *   dx = dy·(3·w0·r3·x² + 2·w1·r2·x + w2·r1) − x·(K3·x⁴ + K2·x² + K1),
+ *   K3 = 3·w0·r3³·S3/n, K2 = 2·w1·r2³·S2/n, K1 = w2·r1³·S1/n;
+ * dw = (Σ r3·S3, Σ r2·S2, Σ r1·S1) and db = Σ dy over this group's rows go to the group's row
+ * of the partials: part_dw[g·3 …], part_db[g]; ng_reduce_partials sums the groups in order. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                __global const uchar *w, ulong w_off, int pdt, __global const float *rstd,
+                ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part_dw,
+                ulong pdw_off, __global float *part_db, ulong pdb_off, uint rows, uint n) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  dy += dy_off;
+  x += x_off;
+  dx += dx_off;
+  rstd += rstd_off;
+  const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);
+  const float w2 = pn_ld_param(w, w_off + 2, pdt);
+  const float nf = (float)n;
+#if COMPUTE_DW
+  float dw3 = 0.0f, dw2 = 0.0f, dw1 = 0.0f;
+#else
+  (void)part_dw, (void)pdw_off;
+#endif
+#if COMPUTE_DB
+  float dbs = 0.0f;
+#else
+  (void)part_db, (void)pdb_off;
+#endif
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
+#if COMPUTE_DB
+    floatV ad = (floatV)(0.0f);
+#endif
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV d = LDX(dyr, i), v = LDX(xr, i);
+      const floatV dv = d * v, dv2 = dv * v;
+      a1 += dv;
+      a2 += dv2;
+      a3 = fma(dv2, v, a3);
+#if COMPUTE_DB
+      ad += d;
+#endif
+    }
+    const float s1 = ng_wg_sum(ng_hsum(a1), red);
+    const float s2 = ng_wg_sum(ng_hsum(a2), red);
+    const float s3 = ng_wg_sum(ng_hsum(a3), red);
+#if COMPUTE_DB
+    dbs += ng_wg_sum(ng_hsum(ad), red);
+#endif
+    const float r3 = rstd[(ulong)r * 3], r2 = rstd[(ulong)r * 3 + 1], r1 = rstd[(ulong)r * 3 + 2];
+#if COMPUTE_DW
+    dw3 = fma(r3, s3, dw3);
+    dw2 = fma(r2, s2, dw2);
+    dw1 = fma(r1, s1, dw1);
+#endif
+    const float c2 = 3.0f * w0 * r3, c1 = 2.0f * w1 * r2, c0 = w2 * r1;
+    const float K3 = c2 * (r3 * r3) * (s3 / nf), K2 = c1 * (r2 * r2) * (s2 / nf);
+    const float K1 = c0 * (r1 * r1) * (s1 / nf);
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV d = LDX(dyr, i), v = LDX(xr, i);
+      const floatV v2 = v * v;
+      const floatV lin = (c2 * v + c1) * v + c0;
+      const floatV corr = ((K3 * v2 + K2) * v2 + K1) * v;
+      STX(dxr, i, d * lin - corr);
+    }
+  }
+  if (lid == 0) {
+    const ulong g = get_group_id(0);
+#if COMPUTE_DW
+    part_dw[pdw_off + g * 3] = dw3;
+    part_dw[pdw_off + g * 3 + 1] = dw2;
+    part_dw[pdw_off + g * 3 + 2] = dw1;
+#endif
+#if COMPUTE_DB
+    part_db[pdb_off + g] = dbs;
+#endif
+  }
+}
+#endif

@@ -1,0 +1,336 @@
+/* GroupNorm: validation, work split and enqueue (kernels in cl/groupnorm.cl). */
+#include "../ng_internal.h"
+
+/* Units smaller than this are not worth a work-group of their own (unless the caller forces a
+ * group count with NG_TUNE_GROUPS, which the tests use to reach the split path on small shapes). */
+#define GN_MIN_UNIT 16384u
+/* Bound on units per block: every unit of a split block merges all of the block's partials. */
+#define GN_MAX_UNITS 1024u
+
+/* How a call is cut into work: U units per block (k channels each, or one of P pieces of Ls
+ * elements of a channel), `units` = B·G·U in all, run by l.groups persistent work-groups. */
+typedef struct gn_plan {
+  ng_row_launch l;
+  unsigned U, k, P, Ls, units;
+  bool split;
+} gn_plan;
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+static ng_status check_params(ng_context *ctx, const ng_groupnorm_params *p, size_t *count) {
+  if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  if (p->batch == 0 || p->channels == 0 || p->spatial == 0 || p->groups == 0)
+    return ng_fail(NG_ERR_INVALID_SHAPE,
+                   "batch (%zu), channels (%zu), spatial (%zu) and groups (%zu) must all be at "
+                   "least 1",
+                   p->batch, p->channels, p->spatial, p->groups);
+  if (p->channels % p->groups != 0)
+    return ng_fail(NG_ERR_GROUPS_NOT_DIVISIBLE, "channels %zu is not divisible by groups %zu",
+                   p->channels, p->groups);
+  /* 2^31, not 2^32 − 1: the kernels step 32-bit counters by a work-group or by the grid, and a
+   * counter that wrapped past 2^32 would loop for ever */
+  const size_t lim = (size_t)1 << 31;
+  size_t n, blocks, bc;
+  if (ng_mul_overflows(p->channels / p->groups, p->spatial, &n) || n > lim ||
+      ng_mul_overflows(p->batch, p->groups, &blocks) || blocks > lim || p->channels > lim ||
+      p->spatial > lim ||
+      ng_mul_overflows(p->batch, p->channels, &bc) || ng_mul_overflows(bc, p->spatial, count))
+    return ng_fail(NG_ERR_INDEX_OVERFLOW,
+                   "batch %zu x channels %zu x spatial %zu (groups %zu) exceeds the supported "
+                   "index range",
+                   p->batch, p->channels, p->spatial, p->groups);
+  return ng_check_scalar(p->eps, "eps", true);
+}
+
+static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bool vec_ok) {
+  gn_plan pl;
+  pl.l = ng_choose_row_launch(ctx, SIZE_MAX, p->spatial, vec_ok, false);
+  const size_t target = pl.l.groups; /* not clipped: rows was "unbounded" */
+  const size_t blocks = p->batch * p->groups, cg = p->channels / p->groups;
+  const size_t n = cg * p->spatial;
+  const bool forced = ctx->tune[NG_TUNE_GROUPS] != NG_TUNE_AUTO;
+  size_t want = ceil_div(target, blocks);
+  const size_t cap = forced ? n : (n / GN_MIN_UNIT > 0 ? n / GN_MIN_UNIT : 1);
+  if (want > cap) want = cap;
+  if (want > GN_MAX_UNITS) want = GN_MAX_UNITS;
+  pl.k = (unsigned)cg;
+  pl.P = 1;
+  pl.Ls = (unsigned)p->spatial;
+  pl.U = 1;
+  if (want > 1 && cg >= want) { /* units of whole channels */
+    pl.k = (unsigned)ceil_div(cg, want);
+    pl.U = (unsigned)ceil_div(cg, pl.k);
+  } else if (want > 1) { /* pieces of channels; a multiple of 8 keeps vector rows aligned */
+    pl.k = 1;
+    size_t ls = ceil_div(ceil_div(p->spatial, ceil_div(want, cg)), 8) * 8;
+    pl.P = (unsigned)ceil_div(p->spatial, ls);
+    pl.Ls = pl.P > 1 ? (unsigned)ls : (unsigned)p->spatial;
+    pl.U = (unsigned)(cg * pl.P);
+  }
+  size_t units;
+  if (ng_mul_overflows(blocks, pl.U, &units) || units > ((size_t)1 << 31)) { /* fall back: U = 1 */
+    pl.k = (unsigned)cg, pl.P = 1, pl.Ls = (unsigned)p->spatial, pl.U = 1;
+    units = blocks;
+  }
+  pl.units = (unsigned)units;
+  pl.split = pl.U > 1;
+  pl.l.groups = (unsigned)(target < units ? target : units);
+  if (pl.l.groups == 0) pl.l.groups = 1;
+  return pl;
+}
+
+/* Build options of the forward and backward programs; the launch path and
+ * ng_groupnorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use. */
+static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool bwd) {
+  ng_opts_init(o);
+  ng_opts_add(o, "DTYPE", x_dtype);
+  ng_opts_add(o, "VEC", l->vec);
+  ng_opts_add(o, "WG", l->wg);
+  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_opts_add(o, "BWD", bwd);
+}
+
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype) {
+  pass_opts(o, l, x_dtype, false);
+}
+
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw, bool db) {
+  pass_opts(o, l, x_dtype, true);
+  ng_opts_add(o, "COMPUTE_DW", dw);
+  ng_opts_add(o, "COMPUTE_DB", db);
+}
+
+static size_t fwd_scratch_floats(const gn_plan *pl) {
+  return pl->split ? (size_t)pl->units * 4 : 0;
+}
+
+/* Float offsets of the backward scratch regions: [unit sums][dw partials][db partials]. */
+typedef struct gn_bwd_layout {
+  size_t stats, dw, db, total; /* floats */
+  size_t prows;                /* partial rows: B·P */
+} gn_bwd_layout;
+
+static ng_status bwd_layout(const ng_groupnorm_params *p, const gn_plan *pl, bool dw, bool db,
+                            gn_bwd_layout *out) {
+  size_t prows, pcount;
+  if (ng_mul_overflows(p->batch, pl->P, &prows) || prows > ((size_t)1 << 31) ||
+      ng_mul_overflows(prows, p->channels, &pcount) || pcount > SIZE_MAX / 16)
+    return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
+  out->prows = prows;
+  out->stats = 0;
+  out->dw = pl->split ? (size_t)pl->units * 2 : 0;
+  out->db = out->dw + (dw ? pcount : 0);
+  out->total = out->db + (db ? pcount : 0);
+  return NG_SUCCESS;
+}
+
+ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_params *p,
+                                            size_t *bytes) {
+  ng_clear_detail();
+  if (!bytes) return ng_fail(NG_ERR_NULL_HANDLE, "bytes is NULL");
+  size_t count;
+  ng_status s = check_params(ctx, p, &count);
+  if (s != NG_SUCCESS) return s;
+  const gn_plan pl = make_plan(ctx, p, true); /* the split does not depend on alignment */
+  *bytes = fwd_scratch_floats(&pl) * 4;
+  return NG_SUCCESS;
+}
+
+ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx, const ng_groupnorm_params *p,
+                                             int compute_dweight, int compute_dbias,
+                                             size_t *bytes) {
+  ng_clear_detail();
+  if (!bytes) return ng_fail(NG_ERR_NULL_HANDLE, "bytes is NULL");
+  size_t count;
+  ng_status s = check_params(ctx, p, &count);
+  if (s != NG_SUCCESS) return s;
+  const gn_plan pl = make_plan(ctx, p, true);
+  gn_bwd_layout lay;
+  s = bwd_layout(p, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
+  if (s == NG_SUCCESS) *bytes = lay.total * 4;
+  return s;
+}
+
+/* Optional per-channel parameter: absent, or C elements of a float dtype. */
+static ng_status check_param(ng_context *ctx, ng_tensor t, const char *what, size_t c) {
+  return t.mem ? ng_check_tensor(ctx, t, what, c, true) : NG_SUCCESS;
+}
+
+static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size_t count) {
+  ng_status s = ng_check_tensor(ctx, t, what, count, true);
+  if (s == NG_SUCCESS && t.dtype != NG_F32)
+    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "%s must be f32", what);
+  return s;
+}
+
+ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
+                               const ng_groupnorm_params *p, ng_tensor x, ng_tensor weight,
+                               ng_tensor bias, ng_tensor y, ng_tensor mean, ng_tensor rstd,
+                               ng_tensor scratch, cl_uint nwait, const cl_event *wait,
+                               cl_event *event) {
+  ng_clear_detail();
+  size_t count = 0;
+  ng_status s = check_params(ctx, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
+  if (s == NG_SUCCESS) s = check_param(ctx, weight, "weight", p->channels);
+  if (s == NG_SUCCESS) s = check_param(ctx, bias, "bias", p->channels);
+  if (s == NG_SUCCESS && weight.mem && bias.mem)
+    s = ng_check_same_dtype(weight, "weight", bias, "bias");
+  if (s == NG_SUCCESS) s = check_stat(ctx, mean, "mean", p->batch * p->groups);
+  if (s == NG_SUCCESS) s = check_stat(ctx, rstd, "rstd", p->batch * p->groups);
+  if (s != NG_SUCCESS) return s;
+
+  const bool vec_ok =
+      ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
+  const gn_plan pl = make_plan(ctx, p, vec_ok);
+  ng_opts o;
+  fwd_opts(&o, &pl.l, x.dtype);
+  cl_program prog;
+  s = ng_get_program(ctx, "groupnorm", &o, &prog);
+  if (s != NG_SUCCESS) return s;
+  ng_scratch sc;
+  s = ng_scratch_acquire(ctx, scratch, fwd_scratch_floats(&pl) * 4, &sc);
+  if (s != NG_SUCCESS) return s;
+
+  const ng_dtype pdt_ = weight.mem ? weight.dtype : bias.mem ? bias.dtype : NG_F32;
+  cl_int pdt = pdt_, has_w = weight.mem != NULL, has_b = bias.mem != NULL, split = pl.split;
+  cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset;
+  cl_ulong mo = mean.offset, ro = rstd.offset, po = sc.offset_bytes / 4;
+  cl_uint units = pl.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
+  cl_uint S = (cl_uint)p->spatial, U = pl.U, k = pl.k, P = pl.P, Ls = pl.Ls;
+  float eps = p->eps;
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo),       NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo),       NG_ARG(pdt),        NG_ARG(has_w),
+                         NG_ARG(has_b),    NG_ARG(y.mem),    NG_ARG(yo),         NG_ARG(mean.mem),
+                         NG_ARG(mo),       NG_ARG(rstd.mem), NG_ARG(ro),         NG_ARG(sc.mem),
+                         NG_ARG(po),       NG_ARG(units),    NG_ARG(G),          NG_ARG(Cg),
+                         NG_ARG(S),        NG_ARG(U),        NG_ARG(k),          NG_ARG(P),
+                         NG_ARG(Ls),       NG_ARG(eps),      NG_ARG(split)};
+  const size_t global = (size_t)pl.l.groups * pl.l.wg;
+  s = ng_enqueue(queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
+                 wait, pl.split ? NULL : event);
+  if (s == NG_SUCCESS && pl.split) /* same arguments but the last */
+    s = ng_enqueue(queue, prog, "ng_groupnorm_fwd_apply", global, pl.l.wg, args,
+                   NG_ARRAY_LEN(args) - 1, 0, NULL, event);
+  ng_scratch_release(&sc);
+  return s;
+}
+
+ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
+                                const ng_groupnorm_params *p, ng_tensor dy, ng_tensor x,
+                                ng_tensor weight, ng_tensor mean, ng_tensor rstd, ng_tensor dx,
+                                ng_tensor dweight, ng_tensor dbias, unsigned flags,
+                                ng_tensor scratch, cl_uint nwait, const cl_event *wait,
+                                cl_event *event) {
+  ng_clear_detail();
+  size_t count = 0;
+  ng_status s = check_params(ctx, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
+  if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
+    s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dx, "dx", count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dy, "dy");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dx, "dx");
+  if (s == NG_SUCCESS) s = check_param(ctx, weight, "weight", p->channels);
+  if (s == NG_SUCCESS) s = check_stat(ctx, mean, "mean", p->batch * p->groups);
+  if (s == NG_SUCCESS) s = check_stat(ctx, rstd, "rstd", p->batch * p->groups);
+  const bool compute_dw = dweight.mem != NULL, compute_db = dbias.mem != NULL;
+  if (s == NG_SUCCESS && compute_dw && !weight.mem)
+    s = ng_fail(NG_ERR_INVALID_VALUE, "dweight given but the op has no weight");
+  if (s == NG_SUCCESS && compute_dw)
+    s = ng_check_tensor(ctx, dweight, "dweight", p->channels, true);
+  if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
+  if (s == NG_SUCCESS && compute_db) s = ng_check_tensor(ctx, dbias, "dbias", p->channels, true);
+  if (s == NG_SUCCESS && compute_db && weight.mem)
+    s = ng_check_same_dtype(weight, "weight", dbias, "dbias");
+  if (s != NG_SUCCESS) return s;
+
+  const bool vec_ok = ng_vec_aligned(ctx, x, p->spatial, 8) &&
+                      ng_vec_aligned(ctx, dy, p->spatial, 8) &&
+                      ng_vec_aligned(ctx, dx, p->spatial, 8);
+  const gn_plan pl = make_plan(ctx, p, vec_ok);
+  gn_bwd_layout lay;
+  s = bwd_layout(p, &pl, compute_dw, compute_db, &lay);
+  if (s != NG_SUCCESS) return s;
+  ng_opts o;
+  bwd_opts(&o, &pl.l, x.dtype, compute_dw, compute_db);
+  cl_program prog, rprog = NULL;
+  s = ng_get_program(ctx, "groupnorm", &o, &prog);
+  if (s == NG_SUCCESS && (compute_dw || compute_db))
+    s = ng_reduce_program(ctx, compute_dw ? dweight.dtype : dbias.dtype, &rprog);
+  if (s != NG_SUCCESS) return s;
+  ng_scratch sc;
+  s = ng_scratch_acquire(ctx, scratch, lay.total * 4, &sc);
+  if (s != NG_SUCCESS) return s;
+
+  cl_int pdt = weight.mem ? weight.dtype : NG_F32, has_w = weight.mem != NULL, split = pl.split;
+  cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, mo = mean.offset;
+  cl_ulong ro = rstd.offset, dxo = dx.offset, base = sc.offset_bytes / 4;
+  cl_ulong po = base + lay.stats, dwo = base + lay.dw, dbo = base + lay.db;
+  cl_mem part = pl.split ? sc.mem : NULL, dwp = compute_dw ? sc.mem : NULL;
+  cl_mem dbp = compute_db ? sc.mem : NULL;
+  cl_uint units = pl.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
+  cl_uint S = (cl_uint)p->spatial, U = pl.U, k = pl.k, P = pl.P, Ls = pl.Ls;
+  const ng_arg args[] = {
+      NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+      NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
+      NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(dwp),        NG_ARG(dwo),
+      NG_ARG(dbp),    NG_ARG(dbo),   NG_ARG(units),    NG_ARG(G),  NG_ARG(Cg),         NG_ARG(S),
+      NG_ARG(U),      NG_ARG(k),     NG_ARG(P),        NG_ARG(Ls), NG_ARG(split)};
+  const ng_arg dx_args[] = {
+      NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+      NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
+      NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(units),      NG_ARG(G),
+      NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls)};
+  const size_t global = (size_t)pl.l.groups * pl.l.wg;
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  const bool more = pl.split || compute_dw || compute_db; /* kernels after the first */
+  s = ng_enqueue(queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
+                 wait, more ? NULL : event);
+  if (s == NG_SUCCESS && pl.split)
+    s = ng_enqueue(queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
+                   NG_ARRAY_LEN(dx_args), 0, NULL, compute_dw || compute_db ? NULL : event);
+  if (s == NG_SUCCESS && compute_dw)
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dwo, (unsigned)lay.prows, p->channels,
+                                   dweight, acc, 0, NULL, compute_db ? NULL : event);
+  if (s == NG_SUCCESS && compute_db)
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dbo, (unsigned)lay.prows, p->channels,
+                                   dbias, acc, 0, NULL, event);
+  ng_scratch_release(&sc);
+  return s;
+}
+
+/* Every program a call can use on ctx's device: per x dtype and alignment, the forward and the
+ * four frozen combinations of the backward, for every work-group size the launch choice can give
+ * (spatial lengths of every power of two are asked for), and the gradient reductions. */
+ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int aligned = 1; aligned >= 0; aligned--)
+    for (size_t S = 1; S <= ((size_t)1 << 26); S *= 2) {
+      const ng_row_launch l = ng_choose_row_launch(ctx, SIZE_MAX, S, aligned != 0, false);
+      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+        for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
+          ng_opts o;
+          if (v == 0)
+            fwd_opts(&o, &l, fl[xi]);
+          else
+            bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+          s = fn(ctx, "groupnorm", &o, user);
+        }
+    }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
+  return s;
+}

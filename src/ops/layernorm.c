@@ -1,0 +1,166 @@
+/* LayerNorm: validation, variant choice and enqueue (kernels in cl/layernorm.cl). */
+#include "../ng_internal.h"
+
+static ng_status check_params(ng_context *ctx, cl_command_queue queue,
+                              const ng_layernorm_params *p, size_t *count) {
+  if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  ng_status s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_rows(p->rows, p->n, count);
+  if (s == NG_SUCCESS) s = ng_check_scalar(p->eps, "eps", true);
+  return s;
+}
+
+/* weight[n] and bias[n], each optional; when both are given they share the parameter dtype. */
+static ng_status check_affine(ng_context *ctx, ng_tensor w, ng_tensor b, size_t n) {
+  ng_status s = w.mem ? ng_check_tensor(ctx, w, "weight", n, true) : NG_SUCCESS;
+  if (s == NG_SUCCESS && b.mem) s = ng_check_tensor(ctx, b, "bias", n, true);
+  if (s == NG_SUCCESS && w.mem && b.mem) s = ng_check_same_dtype(w, "weight", b, "bias");
+  return s;
+}
+
+/* mean[rows] and rstd[rows], f32. */
+static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size_t rows) {
+  ng_status s = ng_check_tensor(ctx, t, what, rows, true);
+  if (s == NG_SUCCESS && t.dtype != NG_F32)
+    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "%s must be f32", what);
+  return s;
+}
+
+ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
+                               const ng_layernorm_params *p, ng_tensor x, ng_tensor weight,
+                               ng_tensor bias, ng_tensor y, ng_tensor mean, ng_tensor rstd,
+                               cl_uint nwait, const cl_event *wait, cl_event *event) {
+  ng_clear_detail();
+  size_t count = 0;
+  ng_status s = check_params(ctx, queue, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
+  if (s == NG_SUCCESS) s = check_affine(ctx, weight, bias, p->n);
+  if (s == NG_SUCCESS) s = check_stat(ctx, mean, "mean", p->rows);
+  if (s == NG_SUCCESS) s = check_stat(ctx, rstd, "rstd", p->rows);
+  if (s != NG_SUCCESS) return s;
+
+  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
+                      ng_vec_aligned(ctx, weight, p->n, 8) && ng_vec_aligned(ctx, bias, p->n, 8);
+  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
+  ng_opts o;
+  ng_opts_init(&o);
+  ng_row_opts(&o, &l, x.dtype, weight);
+  ng_opts_add(&o, "HAS_B", bias.mem ? 1 : 0);
+  /* the bias has the weight's dtype, except without a weight (W_DTYPE is then a placeholder) */
+  if (bias.mem && !weight.mem) ng_opts_add(&o, "B_DTYPE", bias.dtype);
+  cl_program prog;
+  s = ng_get_program(ctx, "layernorm", &o, &prog);
+  if (s != NG_SUCCESS) return s;
+
+  cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset, mo = mean.offset,
+           ro = rstd.offset;
+  cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
+  float eps = p->eps;
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(y.mem),      NG_ARG(yo),
+                         NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
+                         NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
+  return ng_enqueue(queue, prog, "ng_layernorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
+                    NG_ARRAY_LEN(args), nwait, wait, event);
+}
+
+ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
+                                             int compute_dweight, int compute_dbias,
+                                             size_t *bytes) {
+  ng_clear_detail();
+  if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
+  size_t count;
+  ng_status s = ng_check_rows(p->rows, p->n, &count);
+  if (s != NG_SUCCESS) return s;
+  *bytes = 0;
+  const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
+  if (sections == 0) return NG_SUCCESS;
+  /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
+  const ng_row_launch l8 = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
+  const ng_row_launch l1 = ng_choose_row_launch(ctx, p->rows, p->n, false, true);
+  const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
+  if (ng_mul_overflows(groups * 4 * sections, p->n, bytes))
+    return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
+  return NG_SUCCESS;
+}
+
+ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
+                                const ng_layernorm_params *p, ng_tensor dy, ng_tensor x,
+                                ng_tensor weight, ng_tensor bias, ng_tensor mean, ng_tensor rstd,
+                                ng_tensor dx, ng_tensor dweight, ng_tensor dbias, unsigned flags,
+                                ng_tensor scratch, cl_uint nwait, const cl_event *wait,
+                                cl_event *event) {
+  ng_clear_detail();
+  size_t count = 0;
+  ng_status s = check_params(ctx, queue, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
+  if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
+    s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dx, "dx", count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dy, "dy");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dx, "dx");
+  if (s == NG_SUCCESS) s = check_affine(ctx, weight, bias, p->n);
+  if (s == NG_SUCCESS) s = check_stat(ctx, mean, "mean", p->rows);
+  if (s == NG_SUCCESS) s = check_stat(ctx, rstd, "rstd", p->rows);
+  const bool compute_dw = dweight.mem != NULL, compute_db = dbias.mem != NULL;
+  if (s == NG_SUCCESS && compute_dw && !weight.mem)
+    s = ng_fail(NG_ERR_INVALID_VALUE, "dweight given but the op has no weight");
+  if (s == NG_SUCCESS && compute_db && !bias.mem)
+    s = ng_fail(NG_ERR_INVALID_VALUE, "dbias given but the op has no bias");
+  if (s == NG_SUCCESS && compute_dw) s = ng_check_tensor(ctx, dweight, "dweight", p->n, true);
+  if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
+  if (s == NG_SUCCESS && compute_db) s = ng_check_tensor(ctx, dbias, "dbias", p->n, true);
+  if (s == NG_SUCCESS && compute_db) s = ng_check_same_dtype(bias, "bias", dbias, "dbias");
+  if (s != NG_SUCCESS) return s;
+
+  const bool partials = compute_dw || compute_db;
+  bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
+                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
+  if (partials && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
+  /* with both frozen there are no partials, so the forward's larger grid may be used */
+  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, partials);
+  const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
+  const size_t scratch_bytes = (size_t)l.groups * 4 * sections * p->n;
+  ng_opts o;
+  ng_opts_init(&o);
+  /* The bias is not read backward (it only says whether dB may be asked for). */
+  ng_row_opts(&o, &l, x.dtype, weight);
+  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
+  ng_opts_add(&o, "COMPUTE_DB", compute_db);
+  cl_program prog, rw = NULL, rb = NULL;
+  s = ng_get_program(ctx, "layernorm", &o, &prog);
+  if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rw);
+  if (s == NG_SUCCESS && compute_db) s = ng_reduce_program(ctx, dbias.dtype, &rb);
+  if (s != NG_SUCCESS) return s;
+  ng_scratch sc;
+  s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
+  if (s != NG_SUCCESS) return s;
+
+  cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, mo = mean.offset,
+           ro = rstd.offset, dxo = dx.offset;
+  cl_ulong po = sc.offset_bytes / 4;
+  cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
+  const ng_arg args[] = {NG_ARG(dy.mem),   NG_ARG(dyo), NG_ARG(x.mem),      NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(mean.mem),  NG_ARG(mo),
+                         NG_ARG(rstd.mem), NG_ARG(ro),  NG_ARG(dx.mem),     NG_ARG(dxo),
+                         NG_ARG(sc.mem),   NG_ARG(po),  NG_ARG(rows),       NG_ARG(n)};
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  s = ng_enqueue(queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
+                 NG_ARRAY_LEN(args), nwait, wait, partials ? NULL : event);
+  /* Sections of the scratch: dW partials first (when computed), then dB partials. */
+  if (s == NG_SUCCESS && compute_dw)
+    s = ng_enqueue_reduce_partials(ctx, queue, rw, sc.mem, po, l.groups, p->n, dweight, acc, 0,
+                                   NULL, compute_db ? NULL : event);
+  if (s == NG_SUCCESS && compute_db)
+    s = ng_enqueue_reduce_partials(ctx, queue, rb, sc.mem,
+                                   po + (compute_dw ? (size_t)l.groups * p->n : 0), l.groups,
+                                   p->n, dbias, acc, 0, NULL, event);
+  ng_scratch_release(&sc);
+  return s;
+}

@@ -1,0 +1,179 @@
+/* PolyNorm: validation, variant choice and enqueue (kernels in cl/polynorm.cl). */
+#include "../ng_internal.h"
+
+static ng_status check_params(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
+                              size_t *count) {
+  if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
+  if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
+  ng_status s = ng_check_queue(ctx, queue);
+  if (s == NG_SUCCESS) s = ng_check_rows(p->rows, p->n, count);
+  if (s == NG_SUCCESS && p->rows > UINT32_MAX / 3)
+    s = ng_fail(NG_ERR_INDEX_OVERFLOW, "rows %zu: rstd[rows, 3] exceeds the index range", p->rows);
+  if (s == NG_SUCCESS) s = ng_check_scalar(p->eps, "eps", true);
+  return s;
+}
+
+static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
+  ng_status s = ng_check_tensor(ctx, rstd, "rstd", rows * 3, true);
+  if (s == NG_SUCCESS && rstd.dtype != NG_F32)
+    s = ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "rstd must be f32");
+  return s;
+}
+
+/* Build options of the forward and backward programs; the launch path and
+ * ng_polynorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use. */
+static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool bwd, bool dw,
+                      bool db) {
+  ng_opts_init(o);
+  ng_opts_add(o, "DTYPE", x_dtype);
+  ng_opts_add(o, "VEC", l->vec);
+  ng_opts_add(o, "WG", l->wg);
+  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_opts_add(o, "BWD", bwd);
+  if (!bwd) return;
+  ng_opts_add(o, "COMPUTE_DW", dw);
+  ng_opts_add(o, "COMPUTE_DB", db);
+}
+
+/* The row launch, the same for forward, backward and the scratch query (the group count, which
+ * sizes the partials, does not depend on alignment). */
+static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok) {
+  return ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
+}
+
+ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
+                              ng_tensor x, ng_tensor weight, ng_tensor bias, ng_tensor y,
+                              ng_tensor rstd, cl_uint nwait, const cl_event *wait,
+                              cl_event *event) {
+  ng_clear_detail();
+  size_t count = 0;
+  ng_status s = check_params(ctx, queue, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, y, "y", count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", y, "y");
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, weight, "weight", 3, true);
+  if (s == NG_SUCCESS && bias.mem) s = ng_check_tensor(ctx, bias, "bias", 1, true);
+  if (s == NG_SUCCESS && bias.mem) s = ng_check_same_dtype(weight, "weight", bias, "bias");
+  if (s == NG_SUCCESS) s = check_rstd(ctx, rstd, p->rows);
+  if (s != NG_SUCCESS) return s;
+
+  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8);
+  const ng_row_launch l = launch(ctx, p, vec_ok);
+  ng_opts o;
+  pass_opts(&o, &l, x.dtype, false, false, false);
+  cl_program prog;
+  s = ng_get_program(ctx, "polynorm", &o, &prog);
+  if (s != NG_SUCCESS) return s;
+
+  cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset, ro = rstd.offset;
+  cl_int pdt = weight.dtype, has_b = bias.mem != NULL;
+  cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
+  float eps = p->eps;
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(pdt),        NG_ARG(has_b),
+                         NG_ARG(y.mem),    NG_ARG(yo), NG_ARG(rstd.mem),   NG_ARG(ro),
+                         NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
+  return ng_enqueue(queue, prog, "ng_polynorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
+                    NG_ARRAY_LEN(args), nwait, wait, event);
+}
+
+ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
+                                            int compute_dweight, int compute_dbias, size_t *bytes) {
+  ng_clear_detail();
+  if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
+  size_t count;
+  ng_status s = ng_check_rows(p->rows, p->n, &count);
+  if (s != NG_SUCCESS) return s;
+  const ng_row_launch l = launch(ctx, p, true);
+  *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
+  return NG_SUCCESS;
+}
+
+ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
+                               ng_tensor dy, ng_tensor x, ng_tensor weight, ng_tensor rstd,
+                               ng_tensor dx, ng_tensor dweight, ng_tensor dbias, unsigned flags,
+                               ng_tensor scratch, cl_uint nwait, const cl_event *wait,
+                               cl_event *event) {
+  ng_clear_detail();
+  size_t count = 0;
+  ng_status s = check_params(ctx, queue, p, &count);
+  if (s == NG_SUCCESS) s = ng_check_wait_list(nwait, wait);
+  if (s == NG_SUCCESS && (flags & ~NG_ACCUMULATE_GRAD))
+    s = ng_fail(NG_ERR_INVALID_VALUE, "unknown flags 0x%x", flags & ~NG_ACCUMULATE_GRAD);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dy, "dy", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, x, "x", count, true);
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, dx, "dx", count, true);
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dy, "dy");
+  if (s == NG_SUCCESS) s = ng_check_same_dtype(x, "x", dx, "dx");
+  if (s == NG_SUCCESS) s = ng_check_tensor(ctx, weight, "weight", 3, true);
+  if (s == NG_SUCCESS) s = check_rstd(ctx, rstd, p->rows);
+  const bool compute_dw = dweight.mem != NULL, compute_db = dbias.mem != NULL;
+  if (s == NG_SUCCESS && compute_dw) s = ng_check_tensor(ctx, dweight, "dweight", 3, true);
+  if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
+  if (s == NG_SUCCESS && compute_db) s = ng_check_tensor(ctx, dbias, "dbias", 1, true);
+  if (s == NG_SUCCESS && compute_db) s = ng_check_same_dtype(weight, "weight", dbias, "dbias");
+  if (s != NG_SUCCESS) return s;
+
+  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
+                      ng_vec_aligned(ctx, dx, p->n, 8);
+  const ng_row_launch l = launch(ctx, p, vec_ok);
+  ng_opts o;
+  pass_opts(&o, &l, x.dtype, true, compute_dw, compute_db);
+  cl_program prog, rprog = NULL;
+  s = ng_get_program(ctx, "polynorm", &o, &prog);
+  if (s == NG_SUCCESS && (compute_dw || compute_db))
+    s = ng_reduce_program(ctx, weight.dtype, &rprog);
+  if (s != NG_SUCCESS) return s;
+  const size_t groups = l.groups;
+  ng_scratch sc;
+  s = ng_scratch_acquire(ctx, scratch, groups * 4 * ((compute_dw ? 3 : 0) + (compute_db ? 1 : 0)),
+                         &sc);
+  if (s != NG_SUCCESS) return s;
+
+  cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
+  cl_ulong pdw = sc.offset_bytes / 4, pdb = pdw + (compute_dw ? groups * 3 : 0);
+  cl_mem mdw = compute_dw ? sc.mem : NULL, mdb = compute_db ? sc.mem : NULL;
+  cl_int pdt = weight.dtype;
+  cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),     NG_ARG(pdt),   NG_ARG(rstd.mem),
+                         NG_ARG(ro),         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
+                         NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
+                         NG_ARG(n)};
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  s = ng_enqueue(queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
+                 nwait, wait, compute_dw || compute_db ? NULL : event);
+  if (s == NG_SUCCESS && compute_dw)
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdw, l.groups, 3, dweight, acc, 0,
+                                   NULL, compute_db ? NULL : event);
+  if (s == NG_SUCCESS && compute_db)
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdb, l.groups, 1, dbias, acc, 0, NULL,
+                                   event);
+  ng_scratch_release(&sc);
+  return s;
+}
+
+/* Every program a call can use on ctx's device: per x dtype and alignment, the forward and the
+ * four frozen combinations of the backward, for every work-group size the launch choice can give
+ * (row lengths of every power of two are asked for), and the gradient reductions. */
+ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int aligned = 1; aligned >= 0; aligned--)
+    for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
+      const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
+      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+        for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
+          ng_opts o;
+          pass_opts(&o, &l, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
+          s = fn(ctx, "polynorm", &o, user);
+        }
+    }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
+  return s;
+}

@@ -1,0 +1,668 @@
+/* LayerNorm forward and backward against the double-precision reference: every x dtype ×
+ * parameter dtype × weight/bias present or absent × frozen weight × frozen bias × accumulate,
+ * awkward shapes, buffer offsets with guard checks, both kernel shapes (CPU: a row per
+ * work-item; GPU: a row per work-group), a finite-difference gradient check, determinism, a mean
+ * far larger than the spread (where E[x²] − mean² would fail), bit-identical dx whatever is
+ * frozen, and every validation error. */
+#include "ng_test.h"
+#include "ref_layernorm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ln_case {
+  size_t rows, n;
+  ng_dtype xd, wd; /* wd: weight's and bias's dtype */
+  bool has_w, has_b;
+  bool frozen_w, frozen_b, accumulate;
+  size_t off; /* element offset applied to every buffer */
+  float eps;
+  uint64_t seed;
+  double x_mean, x_std; /* 0, 0 = the default 0.3, 1.5 */
+} ln_case;
+
+static void describe(const ln_case *c, char *buf, size_t len) {
+  snprintf(buf, len, "rows=%zu n=%zu x=%s w=%s%s b=%s%s params=%s acc=%d off=%zu", c->rows, c->n,
+           ng_dtype_name(c->xd), c->has_w ? "yes" : "none", c->has_w && c->frozen_w ? "(frozen)" : "",
+           c->has_b ? "yes" : "none", c->has_b && c->frozen_b ? "(frozen)" : "",
+           ng_dtype_name(c->wd), c->accumulate, c->off);
+}
+
+enum { GUARD = 16 };
+
+static void check_guard(const char *what, cl_mem m, ng_dtype dt, size_t off, size_t count) {
+  if (!ng_test_guard_intact(m, dt, off, count, off + count + GUARD))
+    fail_msg("%s: an element outside the output range was written", what);
+}
+
+static double max_abs(const double *v, size_t count) {
+  double m = 0;
+  for (size_t i = 0; i < count; i++) m = fmax(m, fabs(v[i]));
+  return m;
+}
+
+/* Parameter gradient: f32 sums over rows in another order than the reference's. */
+static void check_grad(const char *what, cl_mem m, ng_dtype wd, size_t off, const double *ref,
+                       const double *scale, size_t n, size_t rows, float *got) {
+  ng_test_download(m, wd, off, n, got);
+  ng_tol t = ng_tol_for(wd, ref, n, 0);
+  t.atol = 2e-6 * max_abs(scale, n) * (1 + sqrt((double)rows) * 0.1);
+  NG_ASSERT_CLOSE(what, got, ref, n, t);
+  check_guard(what, m, wd, off, n);
+}
+
+static void run_case(const ln_case *c) {
+  ng_test_env *e = ng_test_env_get();
+  char name[320];
+  describe(c, name, sizeof name);
+  const size_t cnt = c->rows * c->n, off = c->off, n = c->n;
+  const ng_dtype xd = c->xd, wd = c->wd;
+  const bool dw_on = c->has_w && !c->frozen_w, db_on = c->has_b && !c->frozen_b;
+  ng_rng rng;
+  ng_rng_seed(&rng, c->seed);
+  float *x = ng_test_random(&rng, xd, cnt, c->x_std ? c->x_mean : 0.3, c->x_std ? c->x_std : 1.5);
+  float *dy = ng_test_random(&rng, xd, cnt, 0.0, 1.0);
+  float *w = c->has_w ? ng_test_random(&rng, wd, n, 1.0, 0.5) : NULL;
+  float *b = c->has_b ? ng_test_random(&rng, wd, n, 0.0, 0.5) : NULL;
+  float *dw0 = ng_test_random(&rng, wd, n, 0.0, 3.0), *db0 = ng_test_random(&rng, wd, n, 0.0, 3.0);
+
+  ref_layernorm rp = {c->rows, n, c->eps, xd, w, b};
+  double *y_ref = malloc(cnt * sizeof(double)), *y_scale = malloc(cnt * sizeof(double));
+  double *dx_ref = malloc(cnt * sizeof(double)), *stat = malloc(c->rows * sizeof(double));
+  double *dw_ref = malloc(n * sizeof(double)), *dw_scale = malloc(n * sizeof(double));
+  double *db_ref = malloc(n * sizeof(double)), *db_scale = malloc(n * sizeof(double));
+  float *mean_ref = malloc(c->rows * sizeof(float)), *rstd_ref = malloc(c->rows * sizeof(float));
+  float *got = malloc(cnt * sizeof(float)), *got2 = malloc(cnt * sizeof(float));
+  assert_true(y_ref && y_scale && dx_ref && stat && dw_ref && dw_scale && db_ref && db_scale &&
+              mean_ref && rstd_ref && got && got2);
+  double dx_scale = 0;
+  ref_layernorm_forward(&rp, x, y_ref, y_scale, mean_ref, rstd_ref);
+  ref_layernorm_backward(&rp, dy, x, mean_ref, rstd_ref, dx_ref, dw_ref,
+                         c->accumulate ? dw0 : NULL, db_ref, c->accumulate ? db0 : NULL, dw_scale,
+                         db_scale, &dx_scale);
+
+  cl_mem bx = ng_test_upload(xd, x, cnt, off, GUARD);
+  cl_mem bw = c->has_w ? ng_test_upload(wd, w, n, off, GUARD) : NULL;
+  cl_mem bb = c->has_b ? ng_test_upload(wd, b, n, off, GUARD) : NULL;
+  cl_mem by = ng_test_upload(xd, NULL, cnt, off, GUARD);
+  cl_mem bm = ng_test_upload(NG_F32, NULL, c->rows, off, GUARD);
+  cl_mem br = ng_test_upload(NG_F32, NULL, c->rows, off, GUARD);
+  cl_mem bdy = ng_test_upload(xd, dy, cnt, off, GUARD);
+  cl_mem bmr = ng_test_upload(NG_F32, mean_ref, c->rows, off, GUARD);
+  cl_mem brr = ng_test_upload(NG_F32, rstd_ref, c->rows, off, GUARD);
+  cl_mem bdx = ng_test_upload(xd, NULL, cnt, off, GUARD);
+  cl_mem bdw = dw_on ? ng_test_upload(wd, dw0, n, off, GUARD) : NULL;
+  cl_mem bdb = db_on ? ng_test_upload(wd, db0, n, off, GUARD) : NULL;
+
+  ng_layernorm_params p = {c->rows, n, c->eps};
+  const ng_tensor tw = bw ? ng_tensor_of(bw, off, wd) : ng_tensor_none();
+  const ng_tensor tb = bb ? ng_tensor_of(bb, off, wd) : ng_tensor_none();
+  NG_OK(ng_layernorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, off, xd), tw, tb,
+                             ng_tensor_of(by, off, xd), ng_tensor_of(bm, off, NG_F32),
+                             ng_tensor_of(br, off, NG_F32), 0, NULL, NULL));
+  cl_event ev = NULL;
+  NG_OK(ng_layernorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, xd),
+                              ng_tensor_of(bx, off, xd), tw, tb, ng_tensor_of(bmr, off, NG_F32),
+                              ng_tensor_of(brr, off, NG_F32), ng_tensor_of(bdx, off, xd),
+                              bdw ? ng_tensor_of(bdw, off, wd) : ng_tensor_none(),
+                              bdb ? ng_tensor_of(bdb, off, wd) : ng_tensor_none(),
+                              c->accumulate ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0, NULL,
+                              &ev));
+  assert_non_null(ev);
+  CL_OK(clWaitForEvents(1, &ev));
+  clReleaseEvent(ev);
+
+  char what[400];
+  /* f32 sums in another order than the reference's double ones: the mean's error grows with
+   * the row's mean |x| (it dominates when |mean| ≫ std), the variance's relative error with n */
+  const double sum_rel = 1e-6 + 2e-7 * sqrt((double)n);
+  double mean_err = 0, xh_err = 0, wmax = 1;
+  for (size_t r = 0; r < c->rows; r++) {
+    double a = 0;
+    for (size_t j = 0; j < n; j++) a += fabs(x[r * n + j]);
+    const double e_r = 2.4e-7 * sqrt((double)n) * a / (double)n;
+    mean_err = fmax(mean_err, e_r);
+    xh_err = fmax(xh_err, e_r * rstd_ref[r]);
+  }
+  for (size_t j = 0; w && j < n; j++) wmax = fmax(wmax, fabs(w[j]));
+
+  ng_test_download(by, xd, off, cnt, got);
+  snprintf(what, sizeof what, "y [%s]", name);
+  ng_tol yt = ng_tol_for(xd, y_ref, cnt, 0);
+  yt.atol += xh_err * wmax + sum_rel * max_abs(y_scale, cnt);
+  NG_ASSERT_CLOSE(what, got, y_ref, cnt, yt);
+  check_guard(what, by, xd, off, cnt);
+
+  ng_test_download(bm, NG_F32, off, c->rows, got);
+  for (size_t r = 0; r < c->rows; r++) stat[r] = mean_ref[r];
+  snprintf(what, sizeof what, "mean [%s]", name);
+  NG_ASSERT_CLOSE(what, got, stat, c->rows, ((ng_tol){2e-7, mean_err}));
+  check_guard(what, bm, NG_F32, off, c->rows);
+
+  ng_test_download(br, NG_F32, off, c->rows, got);
+  for (size_t r = 0; r < c->rows; r++) stat[r] = rstd_ref[r];
+  snprintf(what, sizeof what, "rstd [%s]", name);
+  NG_ASSERT_CLOSE(what, got, stat, c->rows, ((ng_tol){sum_rel, 0}));
+  check_guard(what, br, NG_F32, off, c->rows);
+
+  ng_test_download(bdx, xd, off, cnt, got);
+  snprintf(what, sizeof what, "dx [%s]", name);
+  ng_tol dxt = ng_tol_for(xd, dx_ref, cnt, 0);
+  dxt.atol += (2e-7 + 2e-8 * sqrt((double)n)) * dx_scale; /* the row sums' f32 error */
+  NG_ASSERT_CLOSE(what, got, dx_ref, cnt, dxt);
+  check_guard(what, bdx, xd, off, cnt);
+
+  if (bdw) {
+    snprintf(what, sizeof what, "dweight [%s]", name);
+    check_grad(what, bdw, wd, off, dw_ref, dw_scale, n, c->rows, got);
+  }
+  if (bdb) {
+    snprintf(what, sizeof what, "dbias [%s]", name);
+    check_grad(what, bdb, wd, off, db_ref, db_scale, n, c->rows, got);
+  }
+
+  /* Whatever was computed, the run with both parameters frozen gives the same dx bits. */
+  if (bdw || bdb) {
+    cl_mem bdx2 = ng_test_upload(xd, NULL, cnt, off, GUARD);
+    NG_OK(ng_layernorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, xd),
+                                ng_tensor_of(bx, off, xd), tw, tb,
+                                ng_tensor_of(bmr, off, NG_F32), ng_tensor_of(brr, off, NG_F32),
+                                ng_tensor_of(bdx2, off, xd), ng_tensor_none(), ng_tensor_none(),
+                                0, ng_tensor_none(), 0, NULL, NULL));
+    ng_test_download(bdx2, xd, off, cnt, got2);
+    ng_test_download(bdx, xd, off, cnt, got);
+    if (memcmp(got, got2, cnt * sizeof(float)) != 0)
+      fail_msg("dx differs between frozen and unfrozen runs [%s]", name);
+    clReleaseMemObject(bdx2);
+  }
+
+  cl_mem all[] = {bx, bw, bb, by, bm, br, bdy, bmr, brr, bdx, bdw, bdb};
+  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++)
+    if (all[i]) clReleaseMemObject(all[i]);
+  free(x), free(dy), free(w), free(b), free(dw0), free(db0), free(y_ref), free(y_scale);
+  free(dx_ref), free(stat), free(dw_ref), free(dw_scale), free(db_ref), free(db_scale);
+  free(mean_ref), free(rstd_ref), free(got), free(got2);
+}
+
+/* The parameter configurations: weight/bias present, each frozen or not, accumulate when
+ * something is trained. */
+typedef struct ln_params {
+  bool has_w, has_b, frozen_w, frozen_b, accumulate;
+} ln_params;
+static const ln_params PARAMS[] = {
+    {1, 1, 0, 0, 0}, {1, 1, 0, 0, 1}, {1, 1, 1, 0, 0}, {1, 1, 1, 0, 1}, {1, 1, 0, 1, 0},
+    {1, 1, 0, 1, 1}, {1, 1, 1, 1, 0}, {1, 0, 0, 0, 0}, {1, 0, 0, 0, 1}, {1, 0, 1, 0, 0},
+    {0, 1, 0, 0, 0}, {0, 1, 0, 0, 1}, {0, 1, 0, 1, 0}, {0, 0, 0, 0, 0}};
+
+static ln_case make_case(size_t rows, size_t n, ng_dtype xd, ng_dtype wd, const ln_params *pp,
+                         size_t off, uint64_t seed) {
+  ln_case c = {rows, n, xd, wd, pp->has_w, pp->has_b, pp->frozen_w, pp->frozen_b,
+               pp->accumulate, off, 1e-5f, seed, 0, 0};
+  return c;
+}
+
+/* On a shape that takes the vector path: every x dtype × parameter dtype f32/bf16 × parameter
+ * configuration, and f16 parameters with both, the weight alone and the bias alone trained. On
+ * one that takes the scalar path (odd n, offset): every x dtype with both trained, both frozen,
+ * and a bias alone. (Every variant is a program to build, ~1 s cold on PoCL: the vector width
+ * is independent of the frozen logic, so the full cross runs once.) */
+static void test_matrix(void **state) {
+  (void)state;
+  const ng_dtype dts[] = {NG_F32, NG_BF16, NG_F16};
+  const size_t f16_params[] = {1, 8, 11}, scalar_params[] = {0, 6, 11};
+  uint64_t seed = 1;
+  for (int xi = 0; xi < 3; xi++) {
+    for (int wi = 0; wi < 2; wi++)
+      for (size_t k = 0; k < NG_ARRAY_LEN(PARAMS); k++) {
+        if (!PARAMS[k].has_w && !PARAMS[k].has_b && wi) continue; /* no parameter dtype */
+        ln_case c = make_case(37, 520, dts[xi], dts[wi], &PARAMS[k], 0, seed++);
+        run_case(&c);
+      }
+    for (size_t k = 0; k < 3; k++) {
+      ln_case c = make_case(37, 520, dts[xi], NG_F16, &PARAMS[f16_params[k]], 0, seed++);
+      run_case(&c);
+      c = make_case(19, 333, dts[xi], dts[(xi + k) % 3], &PARAMS[scalar_params[k]], 3, seed++);
+      run_case(&c);
+    }
+  }
+}
+
+/* N = 1, 7, 4097, 65536 with one row and many rows, offsets. */
+static void test_shapes(void **state) {
+  (void)state;
+  /* 256 rows of 65536 rather than 1000: the host side of the check (data, double references)
+   * is what costs there, and 256 rows already give every persistent group many rows. */
+  const size_t shapes[][2] = {{1000, 1},    {1, 1},       {1000, 7},  {1, 7},
+                              {1, 4097},    {1000, 4097}, {1, 65536}, {256, 65536}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+    ln_case c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_F32, &PARAMS[i % 2 ? 0 : 1], 0,
+                          100 + i);
+    run_case(&c);
+    if (shapes[i][0] * shapes[i][1] > 5000000) continue;
+    c = make_case(shapes[i][0], shapes[i][1], NG_F32, NG_BF16, &PARAMS[2 + i % 5], 8, 200 + i);
+    run_case(&c);
+  }
+  /* an offset that breaks the 16-byte alignment of the parameters only: scalar path */
+  ln_case c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
+  run_case(&c);
+}
+
+/* A mean 10⁴ times the spread: E[x²] − mean² in f32 would lose every digit of the variance. */
+static void test_large_mean(void **state) {
+  (void)state;
+  ln_case c = make_case(16, 1000, NG_F32, NG_F32, &PARAMS[0], 0, 31);
+  c.x_mean = 1000.0;
+  c.x_std = 0.1;
+  run_case(&c);
+  c.xd = NG_BF16; /* bf16 keeps little of the spread, but the statistics must still be right */
+  c.x_mean = 100.0;
+  c.x_std = 3.0;
+  run_case(&c);
+}
+
+/* The GPU-shaped kernels (a row per work-group, local-memory reductions, dW/dB in registers or
+ * in the partial rows) on whatever device runs the tests. */
+static void test_workgroup_shape(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 5));
+  /* n ≤ 64·2·8: partials in registers; above: partial rows; odd n: scalar path */
+  const size_t shapes[][2] = {{50, 1}, {50, 1024}, {50, 1032}, {7, 4097}, {300, 96}};
+  /* one parameter configuration per x dtype (each is a program to build): both gradients,
+   * dW alone, dB alone; then both frozen, and a bias without a weight */
+  const size_t configs[] = {1, 5, 2};
+  uint64_t seed = 300;
+  for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
+    for (int xi = 0; xi < 3; xi++) {
+      ln_case c = make_case(shapes[i][0], shapes[i][1], (ng_dtype)xi, xi == 1 ? NG_F32 : NG_BF16,
+                            &PARAMS[configs[xi]], i == 4 ? 8 : 0, seed++);
+      run_case(&c);
+    }
+  for (size_t i = 1; i < 4; i += 2) {
+    ln_case c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_BF16, &PARAMS[6], 0, seed++);
+    run_case(&c);
+    c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_BF16, &PARAMS[11], 0, seed++);
+    run_case(&c);
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+}
+
+/* Backward is the gradient of forward: L = Σ y·g, checked by central differences in f32. */
+static double loss(ng_test_env *e, const ng_layernorm_params *p, const float *x, const float *w,
+                   const float *b, const float *g) {
+  size_t cnt = p->rows * p->n;
+  cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, p->n, 0, 0);
+  cl_mem bb = ng_test_upload(NG_F32, b, p->n, 0, 0), by = ng_test_upload(NG_F32, NULL, cnt, 0, 0);
+  cl_mem bm = ng_test_upload(NG_F32, NULL, p->rows, 0, 0);
+  cl_mem br = ng_test_upload(NG_F32, NULL, p->rows, 0, 0);
+  NG_OK(ng_layernorm_forward(e->ctx, e->queue, p, ng_tensor_of(bx, 0, NG_F32),
+                             ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(bb, 0, NG_F32),
+                             ng_tensor_of(by, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
+                             ng_tensor_of(br, 0, NG_F32), 0, NULL, NULL));
+  float *y = malloc(cnt * sizeof(float));
+  ng_test_download(by, NG_F32, 0, cnt, y);
+  double l = 0;
+  for (size_t i = 0; i < cnt; i++) l += (double)y[i] * g[i];
+  free(y);
+  clReleaseMemObject(bx), clReleaseMemObject(bw), clReleaseMemObject(bb);
+  clReleaseMemObject(by), clReleaseMemObject(bm), clReleaseMemObject(br);
+  return l;
+}
+
+static void fd_check(ng_test_env *e, const ng_layernorm_params *p, float *v, size_t count,
+                     const float *got, const char *name, const float *x, const float *w,
+                     const float *b, const float *g) {
+  const float h = 1e-2f;
+  for (size_t i = 0; i < count; i++) {
+    float keep = v[i];
+    v[i] = keep + h;
+    double lp = loss(e, p, x, w, b, g);
+    v[i] = keep - h;
+    double lm = loss(e, p, x, w, b, g);
+    v[i] = keep;
+    double fd = (lp - lm) / (2.0 * h);
+    if (fabs(fd - got[i]) > 2e-3 * (1 + fabs(fd)))
+      fail_msg("%s[%zu]: backward %.6g, finite difference %.6g", name, i, (double)got[i], fd);
+  }
+}
+
+static void test_finite_difference(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_layernorm_params p = {3, 13, 1e-5f};
+  size_t cnt = p.rows * p.n;
+  ng_rng rng;
+  ng_rng_seed(&rng, 77);
+  float *x = ng_test_random(&rng, NG_F32, cnt, 0.2, 1.0);
+  float *w = ng_test_random(&rng, NG_F32, p.n, 1.0, 0.3);
+  float *b = ng_test_random(&rng, NG_F32, p.n, 0.0, 0.3);
+  float *g = ng_test_random(&rng, NG_F32, cnt, 0.0, 1.0);
+  cl_mem bx = ng_test_upload(NG_F32, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, p.n, 0, 0);
+  cl_mem bb = ng_test_upload(NG_F32, b, p.n, 0, 0), by = ng_test_upload(NG_F32, NULL, cnt, 0, 0);
+  cl_mem bm = ng_test_upload(NG_F32, NULL, p.rows, 0, 0);
+  cl_mem br = ng_test_upload(NG_F32, NULL, p.rows, 0, 0);
+  cl_mem bg = ng_test_upload(NG_F32, g, cnt, 0, 0), bdx = ng_test_upload(NG_F32, NULL, cnt, 0, 0);
+  cl_mem bdw = ng_test_upload(NG_F32, NULL, p.n, 0, 0);
+  cl_mem bdb = ng_test_upload(NG_F32, NULL, p.n, 0, 0);
+  NG_OK(ng_layernorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, 0, NG_F32),
+                             ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(bb, 0, NG_F32),
+                             ng_tensor_of(by, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
+                             ng_tensor_of(br, 0, NG_F32), 0, NULL, NULL));
+  NG_OK(ng_layernorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bg, 0, NG_F32),
+                              ng_tensor_of(bx, 0, NG_F32), ng_tensor_of(bw, 0, NG_F32),
+                              ng_tensor_of(bb, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
+                              ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_F32),
+                              ng_tensor_of(bdw, 0, NG_F32), ng_tensor_of(bdb, 0, NG_F32), 0,
+                              ng_tensor_none(), 0, NULL, NULL));
+  float *dx = malloc(cnt * sizeof(float)), *dw = malloc(p.n * sizeof(float));
+  float *db = malloc(p.n * sizeof(float));
+  ng_test_download(bdx, NG_F32, 0, cnt, dx);
+  ng_test_download(bdw, NG_F32, 0, p.n, dw);
+  ng_test_download(bdb, NG_F32, 0, p.n, db);
+  fd_check(e, &p, x, cnt, dx, "dx", x, w, b, g);
+  fd_check(e, &p, w, p.n, dw, "dweight", x, w, b, g);
+  fd_check(e, &p, b, p.n, db, "dbias", x, w, b, g);
+  free(x), free(w), free(b), free(g), free(dx), free(dw), free(db);
+  cl_mem all[] = {bx, bw, bb, by, bm, br, bg, bdx, bdw, bdb};
+  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
+}
+
+/* Same inputs, same bits: dW and dB have no float atomics; a caller's scratch gives the same
+ * bits; the scratch size follows what is trained. */
+static void test_deterministic(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_layernorm_params p = {513, 1000, 1e-6f};
+  size_t cnt = p.rows * p.n;
+  ng_rng rng;
+  ng_rng_seed(&rng, 5);
+  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1), *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
+  float *w = ng_test_random(&rng, NG_F32, p.n, 1, 0.1), *m = malloc(p.rows * sizeof(float));
+  float *r = malloc(p.rows * sizeof(float));
+  for (size_t i = 0; i < p.rows; i++) m[i] = 0.1f, r[i] = 0.9f;
+  cl_mem bx = ng_test_upload(NG_BF16, x, cnt, 0, 0), bdy = ng_test_upload(NG_BF16, dy, cnt, 0, 0);
+  cl_mem bw = ng_test_upload(NG_F32, w, p.n, 0, 0), bm = ng_test_upload(NG_F32, m, p.rows, 0, 0);
+  cl_mem br = ng_test_upload(NG_F32, r, p.rows, 0, 0);
+  cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0);
+  cl_mem bdw = ng_test_upload(NG_F32, NULL, p.n, 0, 0), bdb = ng_test_upload(NG_F32, NULL, p.n, 0, 0);
+  float *first = malloc(2 * p.n * sizeof(float)), *again = malloc(2 * p.n * sizeof(float));
+  size_t bytes = 0;
+  NG_OK(ng_layernorm_backward_scratch_size(e->ctx, &p, 1, 1, &bytes));
+  assert_true(bytes > 0);
+  for (int it = 0; it < 4; it++) {
+    cl_mem sc = it == 3 ? ng_test_upload(NG_F32, NULL, bytes / 4, 8, 0) : NULL;
+    NG_OK(ng_layernorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, NG_BF16),
+                                ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
+                                ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
+                                ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_BF16),
+                                ng_tensor_of(bdw, 0, NG_F32), ng_tensor_of(bdb, 0, NG_F32), 0,
+                                sc ? ng_tensor_of(sc, 8, NG_F32) : ng_tensor_none(), 0, NULL,
+                                NULL));
+    float *dst = it ? again : first;
+    ng_test_download(bdw, NG_F32, 0, p.n, dst);
+    ng_test_download(bdb, NG_F32, 0, p.n, dst + p.n);
+    if (it) assert_memory_equal(first, again, 2 * p.n * sizeof(float));
+    if (sc) clReleaseMemObject(sc);
+  }
+  size_t one_w = 0, one_b = 0, none = 1;
+  NG_OK(ng_layernorm_backward_scratch_size(e->ctx, &p, 1, 0, &one_w));
+  NG_OK(ng_layernorm_backward_scratch_size(e->ctx, &p, 0, 1, &one_b));
+  NG_OK(ng_layernorm_backward_scratch_size(e->ctx, &p, 0, 0, &none));
+  assert_int_equal(one_w * 2, bytes);
+  assert_int_equal(one_b, one_w);
+  assert_int_equal(none, 0);
+  free(x), free(dy), free(w), free(m), free(r), free(first), free(again);
+  cl_mem all[] = {bx, bdy, bw, bm, br, bdx, bdw, bdb};
+  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
+}
+
+/* ---- validation: every error is reported before anything is written ------------------------- */
+enum { R = 4, N = 24, CNT = R * N };
+
+typedef struct fwd_args {
+  ng_layernorm_params p;
+  ng_tensor x, w, b, y, mean, rstd;
+} fwd_args;
+typedef struct bwd_args {
+  ng_layernorm_params p;
+  ng_tensor dy, x, mean, rstd, dx, w, b, dw, db, scratch;
+  unsigned flags;
+} bwd_args;
+
+/* Tensors in the order the loops below test them: rows·n-sized, rows-sized, then n-sized. */
+static ng_tensor *fwd_field(fwd_args *f, size_t i) {
+  ng_tensor *all[] = {&f->x, &f->y, &f->mean, &f->rstd, &f->w, &f->b};
+  return all[i];
+}
+static ng_tensor *bwd_field(bwd_args *a, size_t i) {
+  ng_tensor *all[] = {&a->dy, &a->x, &a->dx, &a->mean, &a->rstd, &a->w, &a->b, &a->dw, &a->db};
+  return all[i];
+}
+
+static ng_status call_fwd(const fwd_args *a) {
+  ng_test_env *e = ng_test_env_get();
+  cl_event ev = NULL;
+  ng_status st = ng_layernorm_forward(e->ctx, e->queue, &a->p, a->x, a->w, a->b, a->y, a->mean,
+                                      a->rstd, 0, NULL, &ev);
+  if (st != NG_SUCCESS && ev) fail_msg("a failed call returned an event");
+  if (ev) clReleaseEvent(ev);
+  return st;
+}
+static ng_status call_bwd(const bwd_args *a) {
+  ng_test_env *e = ng_test_env_get();
+  cl_event ev = NULL;
+  ng_status st = ng_layernorm_backward(e->ctx, e->queue, &a->p, a->dy, a->x, a->w, a->b, a->mean,
+                                       a->rstd, a->dx, a->dw, a->db, a->flags, a->scratch, 0,
+                                       NULL, &ev);
+  if (st != NG_SUCCESS && ev) fail_msg("a failed call returned an event");
+  if (ev) clReleaseEvent(ev);
+  return st;
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  float v[CNT];
+  for (int i = 0; i < CNT; i++) v[i] = 0.01f * (float)i;
+  cl_mem x = ng_test_upload(NG_BF16, v, CNT, 0, 0), dy = ng_test_upload(NG_BF16, v, CNT, 0, 0);
+  cl_mem w = ng_test_upload(NG_F32, v, N, 0, 0), bias = ng_test_upload(NG_F32, v, N, 0, 0);
+  cl_mem st = ng_test_upload(NG_F32, v, R, 0, 0);
+  /* outputs: poison only, checked at the end */
+  cl_mem y = ng_test_upload(NG_BF16, NULL, CNT, 0, 0), dx = ng_test_upload(NG_BF16, NULL, CNT, 0, 0);
+  cl_mem mean = ng_test_upload(NG_F32, NULL, R, 0, 0), rstd = ng_test_upload(NG_F32, NULL, R, 0, 0);
+  cl_mem dw = ng_test_upload(NG_F32, NULL, N, 0, 0), db = ng_test_upload(NG_F32, NULL, N, 0, 0);
+  cl_mem small_x = ng_test_upload(NG_BF16, NULL, CNT - 1, 0, 0);
+  cl_mem small_n = ng_test_upload(NG_F32, NULL, N - 1, 0, 0);
+  cl_mem small_r = ng_test_upload(NG_F32, NULL, R - 1, 0, 0);
+
+  const ng_layernorm_params P = {R, N, 1e-5f};
+  const fwd_args F = {P,
+                      ng_tensor_of(x, 0, NG_BF16),
+                      ng_tensor_of(w, 0, NG_F32),
+                      ng_tensor_of(bias, 0, NG_F32),
+                      ng_tensor_of(y, 0, NG_BF16),
+                      ng_tensor_of(mean, 0, NG_F32),
+                      ng_tensor_of(rstd, 0, NG_F32)};
+  const bwd_args B = {P,
+                      ng_tensor_of(dy, 0, NG_BF16),
+                      ng_tensor_of(x, 0, NG_BF16),
+                      ng_tensor_of(st, 0, NG_F32),
+                      ng_tensor_of(st, 0, NG_F32),
+                      ng_tensor_of(dx, 0, NG_BF16),
+                      ng_tensor_of(w, 0, NG_F32),
+                      ng_tensor_of(bias, 0, NG_F32),
+                      ng_tensor_of(dw, 0, NG_F32),
+                      ng_tensor_of(db, 0, NG_F32),
+                      ng_tensor_none(),
+                      0};
+  fwd_args f;
+  bwd_args a;
+
+  NG_EXPECT_STATUS(ng_layernorm_forward(NULL, e->queue, &P, F.x, F.w, F.b, F.y, F.mean, F.rstd, 0,
+                                        NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_layernorm_forward(e->ctx, NULL, &P, F.x, F.w, F.b, F.y, F.mean, F.rstd, 0,
+                                        NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_layernorm_forward(e->ctx, e->queue, NULL, F.x, F.w, F.b, F.y, F.mean,
+                                        F.rstd, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_layernorm_backward(e->ctx, e->queue, NULL, B.dy, B.x, B.w, B.b, B.mean,
+                                         B.rstd, B.dx, B.dw, B.db, 0, B.scratch, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_layernorm_backward(e->ctx, NULL, &P, B.dy, B.x, B.w, B.b, B.mean, B.rstd,
+                                         B.dx, B.dw, B.db, 0, B.scratch, 0, NULL, NULL),
+                   NG_ERR_NULL_HANDLE);
+  size_t bytes;
+  NG_EXPECT_STATUS(ng_layernorm_backward_scratch_size(NULL, &P, 1, 1, &bytes), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_layernorm_backward_scratch_size(e->ctx, &P, 1, 1, NULL), NG_ERR_NULL_HANDLE);
+  ng_layernorm_params zero = {0, N, 1e-5f};
+  NG_EXPECT_STATUS(ng_layernorm_backward_scratch_size(e->ctx, &zero, 1, 1, &bytes),
+                   NG_ERR_INVALID_SHAPE);
+
+  const struct {
+    size_t rows, n;
+    float eps;
+    ng_status want;
+  } pc[] = {{0, N, 1e-5f, NG_ERR_INVALID_SHAPE},     {R, 0, 1e-5f, NG_ERR_INVALID_SHAPE},
+            {R, N, -1e-5f, NG_ERR_INVALID_VALUE},    {R, N, NAN, NG_ERR_INVALID_VALUE},
+            {R, N, -INFINITY, NG_ERR_INVALID_VALUE}, {(size_t)1 << 32, N, 1e-5f, NG_ERR_INDEX_OVERFLOW},
+            {R, (size_t)1 << 32, 1e-5f, NG_ERR_INDEX_OVERFLOW}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(pc); i++) {
+    f = F;
+    f.p.rows = pc[i].rows, f.p.n = pc[i].n, f.p.eps = pc[i].eps;
+    NG_EXPECT_STATUS(call_fwd(&f), pc[i].want);
+    a = B;
+    a.p = f.p;
+    NG_EXPECT_STATUS(call_bwd(&a), pc[i].want);
+  }
+  a = B;
+  a.flags = 4;
+  NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_INVALID_VALUE);
+
+  /* forward tensors: missing, one element too small, offset past the end, wrong dtype */
+  for (size_t i = 0; i < 6; i++) {
+    const bool rows_sized = i == 2 || i == 3, n_sized = i >= 4;
+    cl_mem small = rows_sized ? small_r : n_sized ? small_n : small_x;
+    const size_t len = rows_sized ? R : n_sized ? N : CNT;
+    ng_tensor *t;
+    if (!n_sized) { /* weight and bias are optional */
+      f = F;
+      fwd_field(&f, i)->mem = NULL;
+      NG_EXPECT_STATUS(call_fwd(&f), NG_ERR_NULL_BUFFER);
+    }
+    f = F;
+    t = fwd_field(&f, i);
+    t->mem = small;
+    NG_EXPECT_STATUS(call_fwd(&f), NG_ERR_BUFFER_TOO_SMALL);
+    t->offset = len - 1;
+    NG_EXPECT_STATUS(call_fwd(&f), NG_ERR_OFFSET_OUT_OF_RANGE);
+    f = F;
+    fwd_field(&f, i)->offset = 1;
+    NG_EXPECT_STATUS(call_fwd(&f), NG_ERR_BUFFER_TOO_SMALL);
+    f = F;
+    t = fwd_field(&f, i);
+    /* x and y must match, weight and bias too; the statistics are f32 */
+    t->dtype = NG_F16;
+    NG_EXPECT_STATUS(call_fwd(&f), rows_sized ? NG_ERR_UNSUPPORTED_DTYPE : NG_ERR_DTYPE_MISMATCH);
+    t->dtype = NG_I32;
+    NG_EXPECT_STATUS(call_fwd(&f), NG_ERR_UNSUPPORTED_DTYPE);
+  }
+  /* backward tensors */
+  for (size_t i = 0; i < 9; i++) {
+    const bool rows_sized = i == 3 || i == 4, n_sized = i >= 5;
+    cl_mem small = rows_sized ? small_r : n_sized ? small_n : small_x;
+    const size_t len = rows_sized ? R : n_sized ? N : CNT;
+    ng_tensor *t;
+    if (!n_sized) { /* parameters and their gradients are optional */
+      a = B;
+      bwd_field(&a, i)->mem = NULL;
+      NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_NULL_BUFFER);
+    }
+    a = B;
+    t = bwd_field(&a, i);
+    t->mem = small;
+    NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_BUFFER_TOO_SMALL);
+    t->offset = len - 1;
+    NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_OFFSET_OUT_OF_RANGE);
+    a = B;
+    bwd_field(&a, i)->offset = 1;
+    NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_BUFFER_TOO_SMALL);
+    a = B;
+    t = bwd_field(&a, i);
+    /* each must match x, or its parameter; the statistics are f32 */
+    t->dtype = NG_F16;
+    NG_EXPECT_STATUS(call_bwd(&a), rows_sized ? NG_ERR_UNSUPPORTED_DTYPE : NG_ERR_DTYPE_MISMATCH);
+    t->dtype = NG_I64;
+    NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_UNSUPPORTED_DTYPE);
+  }
+  /* a gradient for a parameter the layer does not have */
+  a = B;
+  a.w = ng_tensor_none();
+  NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_INVALID_VALUE);
+  a = B;
+  a.b = ng_tensor_none();
+  NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_INVALID_VALUE);
+  /* scratch too small (for either section) or not f32 */
+  a = B;
+  a.scratch = ng_tensor_of(small_n, 0, NG_F32);
+  NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_BUFFER_TOO_SMALL);
+  a.scratch.dtype = NG_BF16;
+  NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_UNSUPPORTED_DTYPE);
+  size_t one = 0;
+  NG_OK(ng_layernorm_backward_scratch_size(e->ctx, &P, 1, 0, &one));
+  cl_mem sc1 = ng_test_upload(NG_F32, NULL, one / 4, 0, 0);
+  a = B;
+  a.scratch = ng_tensor_of(sc1, 0, NG_F32); /* enough for dW alone, not for dW and dB */
+  NG_EXPECT_STATUS(call_bwd(&a), NG_ERR_BUFFER_TOO_SMALL);
+
+  CL_OK(clFinish(e->queue));
+  const struct {
+    cl_mem m;
+    ng_dtype dt;
+    size_t count;
+    const char *name;
+  } outs[] = {{y, NG_BF16, CNT, "y"},   {mean, NG_F32, R, "mean"}, {rstd, NG_F32, R, "rstd"},
+              {dx, NG_BF16, CNT, "dx"}, {dw, NG_F32, N, "dweight"}, {db, NG_F32, N, "dbias"}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(outs); i++)
+    if (!ng_test_guard_intact(outs[i].m, outs[i].dt, 0, 0, outs[i].count))
+      fail_msg("%s was written by a failed call", outs[i].name);
+
+  /* the good calls succeed (so the checks above failed for the reason tested); without a
+   * weight the bias's dtype is free */
+  NG_OK(call_fwd(&F));
+  f = F;
+  f.w = ng_tensor_none();
+  f.b = ng_tensor_of(small_x, 0, NG_F16); /* big enough for N f16 values */
+  NG_OK(call_fwd(&f));
+  NG_OK(call_bwd(&B));
+  a = B;
+  a.scratch = ng_tensor_of(sc1, 0, NG_F32);
+  a.db = ng_tensor_none();
+  NG_OK(call_bwd(&a));
+  CL_OK(clFinish(e->queue));
+  cl_mem all[] = {x, dy, w, bias, st, y, dx, mean, rstd, dw, db, small_x, small_n, small_r, sc1};
+  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ng_test_env_release();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_errors),          cmocka_unit_test(test_matrix),
+      cmocka_unit_test(test_large_mean),      cmocka_unit_test(test_workgroup_shape),
+      cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_shapes),
+  };
+  return cmocka_run_group_tests(tests, NULL, teardown);
+}
