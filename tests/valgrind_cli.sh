@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # normgrad-cli's paths under valgrind memcheck: run (the example, a malformed file, a missing
-# device), inspect (a good and a malformed file), devices, bench refused for size, and usage
-# errors. Each must exit with its documented code and valgrind must report no error and no
+# device), inspect (a good and a malformed file), devices, cache list, bench refused for size,
+# and usage errors. Each must exit with its documented code and valgrind must report no error and no
 # leak outside PoCL/LLVM/ICD frames (tests/valgrind.supp; normgrad's own frames are never
 # suppressed).
 #   tests/valgrind_cli.sh NORMGRAD_CLI SOURCE_DIR WORK_DIR
@@ -59,6 +59,7 @@ run_vg 2 "run rmsnorm on a truncated file" run rmsnorm --in "$tmp/truncated.safe
 run_vg 0 "inspect the example" inspect "$example"
 run_vg 2 "inspect a truncated file" inspect "$tmp/truncated.safetensors"
 run_vg 0 "devices" devices
+run_vg 0 "cache list (the entries the runs above stored)" cache list
 run_vg 2 "usage error: --eps nan" run rmsnorm --in "$example" --out "$tmp/x.safetensors" --eps nan
 run_vg 2 "usage error: unknown subcommand" frobnicate
 run_vg 3 "bench beyond the device's largest allocation" bench rmsnorm --rows 1048576 \
