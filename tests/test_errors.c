@@ -8,7 +8,7 @@
  *    cl_program and cl_kernel holds one) but for the programs the call added to the context's
  *    cache, and the ASan build's LeakSanitizer sees no host leak.
  * Also: a device allocation failure (scratch larger than the device's largest allocation)
- * returns the runtime's error with the same guarantees. */
+ * returns CL_INVALID_BUFFER_SIZE (or the runtime's allocation error) with the same guarantees. */
 #include "ng_test.h"
 
 #include <math.h>
@@ -443,9 +443,11 @@ static void test_other_ops_bad_input(void **state) {
 
 /* A device allocation failure: the backward's dW scratch (groups · n · 4 bytes) made larger
  * than the device's largest allocation, with inputs that fit (they are never touched, so the
- * runtime does not commit their memory). The op must fail with the runtime's error after
- * validation, before anything is enqueued, write nothing, and leak nothing (the second failed
- * call changes no reference count; the first may add the program it built to the cache). */
+ * runtime does not commit their memory). The op must fail with an allocation error after
+ * validation, before anything is enqueued (a driver that allocates on first use, as NVIDIA's
+ * does, would otherwise fail only once the kernels run, after dx was written), write nothing,
+ * and leak nothing (the second failed call changes no reference count; the first may add the
+ * program it built to the cache). */
 static void test_device_allocation_failure(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
