@@ -150,8 +150,10 @@ static void test_rmsnorm_bad_input(void **state) {
                   DX = ng_tensor_of(f.dx, 0, NG_BF16), DW = ng_tensor_of(f.dw, 0, NG_F32),
                   NONE = ng_tensor_none();
   {
-    cl_mem ty = ng_test_upload(NG_BF16, NULL, VR * VN, 0, 0), tr = ng_test_upload(NG_F32, NULL, VR, 0, 0);
-    cl_mem tdx = ng_test_upload(NG_BF16, NULL, VR * VN, 0, 0), tdw = ng_test_upload(NG_F32, NULL, VN, 0, 0);
+    cl_mem ty = ng_test_upload(NG_BF16, NULL, VR * VN, 0, 0);
+    cl_mem tr = ng_test_upload(NG_F32, NULL, VR, 0, 0);
+    cl_mem tdx = ng_test_upload(NG_BF16, NULL, VR * VN, 0, 0);
+    cl_mem tdw = ng_test_upload(NG_F32, NULL, VN, 0, 0);
     cl_mem tsc = ng_test_upload(NG_F32, NULL, 64 * VN, 0, 0);
     NG_OK(ng_rmsnorm_forward(e->ctx, e->queue, &ok, X, W, ng_tensor_of(ty, 0, NG_BF16),
                              ng_tensor_of(tr, 0, NG_F32), 0, NULL, NULL));
@@ -318,12 +320,14 @@ static void test_other_ops_bad_input(void **state) {
   /* GroupNorm x[2, 4, 3], 2 groups; PolyNorm x[4, 8]; FLCE input[6, 4], weight[5, 4] */
   cl_mem gx = ng_test_upload(NG_BF16, v, 24, 0, 0), gw = ng_test_upload(NG_F32, v, 4, 0, 0);
   cl_mem gm = ng_test_upload(NG_F32, v, 4, 0, 0);
-  cl_mem gy = ng_test_upload(NG_BF16, NULL, 24, 0, VG), gmo = ng_test_upload(NG_F32, NULL, 4, 0, VG);
-  cl_mem gro = ng_test_upload(NG_F32, NULL, 4, 0, VG), gdx = ng_test_upload(NG_BF16, NULL, 24, 0, VG);
+  cl_mem gy = ng_test_upload(NG_BF16, NULL, 24, 0, VG);
+  cl_mem gmo = ng_test_upload(NG_F32, NULL, 4, 0, VG), gro = ng_test_upload(NG_F32, NULL, 4, 0, VG);
+  cl_mem gdx = ng_test_upload(NG_BF16, NULL, 24, 0, VG);
   cl_mem gdw = ng_test_upload(NG_F32, NULL, 4, 0, VG), gdb = ng_test_upload(NG_F32, NULL, 4, 0, VG);
   cl_mem pw = ng_test_upload(NG_F32, v, 3, 0, 0), pr = ng_test_upload(NG_F32, v, 12, 0, 0);
   cl_mem px = ng_test_upload(NG_F32, v, 32, 0, 0);
-  cl_mem py = ng_test_upload(NG_F32, NULL, 32, 0, VG), pro = ng_test_upload(NG_F32, NULL, 12, 0, VG);
+  cl_mem py = ng_test_upload(NG_F32, NULL, 32, 0, VG);
+  cl_mem pro = ng_test_upload(NG_F32, NULL, 12, 0, VG);
   cl_mem fi = ng_test_upload(NG_F32, v, 24, 0, 0), fw = ng_test_upload(NG_F32, v, 20, 0, 0);
   const int64_t targets[6] = {0, 4, -100, 2, 5, 1}; /* 5 lies outside [0, 5) */
   cl_int err = CL_SUCCESS;
@@ -332,12 +336,13 @@ static void test_other_ops_bad_input(void **state) {
   assert_non_null(ft);
   cl_mem fl = ng_test_upload(NG_F32, NULL, 1, 0, VG), fdi = ng_test_upload(NG_F32, NULL, 24, 0, VG);
   cl_mem fdw = ng_test_upload(NG_F32, NULL, 20, 0, VG);
-  const out_buf outs[] = {{gy, NG_BF16, 24 + VG, "groupnorm y"},   {gmo, NG_F32, 4 + VG, "mean"},
-                          {gro, NG_F32, 4 + VG, "groupnorm rstd"}, {gdx, NG_BF16, 24 + VG, "gn dx"},
-                          {gdw, NG_F32, 4 + VG, "gn dweight"},     {gdb, NG_F32, 4 + VG, "dbias"},
-                          {py, NG_F32, 32 + VG, "polynorm y"},     {pro, NG_F32, 12 + VG, "pn rstd"},
-                          {fl, NG_F32, 1 + VG, "loss"},            {fdi, NG_F32, 24 + VG, "dinput"},
-                          {fdw, NG_F32, 20 + VG, "flce dweight"}};
+  const out_buf outs[] = {
+      {gy, NG_BF16, 24 + VG, "groupnorm y"}, {gmo, NG_F32, 4 + VG, "mean"},
+      {gro, NG_F32, 4 + VG, "groupnorm rstd"}, {gdx, NG_BF16, 24 + VG, "gn dx"},
+      {gdw, NG_F32, 4 + VG, "gn dweight"}, {gdb, NG_F32, 4 + VG, "dbias"},
+      {py, NG_F32, 32 + VG, "polynorm y"}, {pro, NG_F32, 12 + VG, "pn rstd"},
+      {fl, NG_F32, 1 + VG, "loss"}, {fdi, NG_F32, 24 + VG, "dinput"},
+      {fdw, NG_F32, 20 + VG, "flce dweight"}};
   for (size_t i = 0; i < NG_ARRAY_LEN(outs); i++) f.outs[f.nouts++] = outs[i];
 
   const ng_groupnorm_params gok = {2, 4, 3, 2, 1e-5f};
@@ -374,7 +379,8 @@ static void test_other_ops_bad_input(void **state) {
   ng_polynorm_params pp;
   const ng_tensor PX = ng_tensor_of(px, 0, NG_F32), PW = ng_tensor_of(pw, 0, NG_F32),
                   PY = ng_tensor_of(py, 0, NG_F32), PRO = ng_tensor_of(pro, 0, NG_F32);
-#define PFWD(p, x, w, nw, wl) ng_polynorm_forward(e->ctx, e->queue, p, x, w, NONE, PY, PRO, nw, wl, NULL)
+#define PFWD(p, x, w, nw, wl)                                                                    \
+  ng_polynorm_forward(e->ctx, e->queue, p, x, w, NONE, PY, PRO, nw, wl, NULL)
   CASE("polynorm: NULL weight", NG_ERR_NULL_BUFFER, "weight", PFWD(&pok, PX, NONE, 0, NULL));
   CASE("polynorm: weight of 2 elements", NG_ERR_BUFFER_TOO_SMALL, "weight",
        PFWD(&pok, PX, ng_tensor_of(pw, 1, NG_F32), 0, NULL));
@@ -435,7 +441,8 @@ static void test_other_ops_bad_input(void **state) {
 #undef GFWD
 #undef GBWD
 #undef PFWD
-  cl_mem all[] = {gx, gw, gm, gy, gmo, gro, gdx, gdw, gdb, pw, pr, px, py, pro, fi, fw, ft, fl, fdi, fdw};
+  cl_mem all[] = {gx, gw, gm, gy,  gmo, gro, gdx, gdw, gdb, pw,
+                  pr, px, py, pro, fi,  fw,  ft,  fl,  fdi, fdw};
   for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
   free(v);
   fixture_free(&f);

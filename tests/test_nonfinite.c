@@ -58,7 +58,9 @@ static size_t check(const char *what, const nf_case *c, const float *got, const 
   return nonfinite;
 }
 
-static double rtol_of(ng_dtype dt) { return dt == NG_BF16 ? 2.0 / 128 : dt == NG_F16 ? 2.0 / 1024 : 2e-5; }
+static double rtol_of(ng_dtype dt) {
+  return dt == NG_BF16 ? 2.0 / 128 : dt == NG_F16 ? 2.0 / 1024 : 2e-5;
+}
 
 static void run_case(ng_context *ctx, const nf_case *c) {
   ng_test_env *e = ng_test_env_get();
@@ -95,7 +97,8 @@ static void run_case(ng_context *ctx, const nf_case *c) {
   const size_t G = 8;
   cl_mem bx = ng_test_upload(c->xd, x, cnt, 0, G), bdy = ng_test_upload(c->xd, dy, cnt, 0, G);
   cl_mem bw = ng_test_upload(c->wd, w, n, 0, G), by = ng_test_upload(c->xd, NULL, cnt, 0, G);
-  cl_mem br = ng_test_upload(NG_F32, NULL, ROWS, 0, G), bdx = ng_test_upload(c->xd, NULL, cnt, 0, G);
+  cl_mem br = ng_test_upload(NG_F32, NULL, ROWS, 0, G);
+  cl_mem bdx = ng_test_upload(c->xd, NULL, cnt, 0, G);
   cl_mem bdw = ng_test_upload(c->wd, dw0, n, 0, G), bdx2 = ng_test_upload(c->xd, NULL, cnt, 0, G);
   const ng_rmsnorm_params p = {ROWS, n, c->eps, 0.0f, c->mode};
   const ng_tensor W = c->weight ? ng_tensor_of(bw, 0, c->wd) : ng_tensor_none();
@@ -115,13 +118,15 @@ static void run_case(ng_context *ctx, const nf_case *c) {
                             0, NULL, NULL));
   CL_OK(clFinish(e->queue));
 
-  float *y = malloc(cnt * sizeof *y), *dx = malloc(cnt * sizeof *dx), *dx2 = malloc(cnt * sizeof *dx2);
+  float *y = malloc(cnt * sizeof *y), *dx = malloc(cnt * sizeof *dx);
+  float *dx2 = malloc(cnt * sizeof *dx2);
   float *rs = malloc(ROWS * sizeof *rs), *dw = malloc(n * sizeof *dw);
   double *yref = malloc(cnt * sizeof *yref), *dxref = malloc(cnt * sizeof *dxref);
   double *dwref = malloc(n * sizeof *dwref), *rsd = malloc(ROWS * sizeof *rsd);
   double *dwscale = malloc(n * sizeof *dwscale), *scale = malloc(ROWS * sizeof *scale);
   float *rsref = malloc(ROWS * sizeof *rsref);
-  assert_true(y && dx && dx2 && rs && dw && yref && dxref && dwref && rsd && dwscale && scale && rsref);
+  assert_true(y && dx && dx2 && rs && dw && yref && dxref && dwref && rsd && dwscale && scale &&
+              rsref);
   ng_test_download(by, c->xd, 0, cnt, y);
   ng_test_download(br, NG_F32, 0, ROWS, rs);
   ng_test_download(bdx, c->xd, 0, cnt, dx);

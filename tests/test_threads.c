@@ -84,10 +84,14 @@ static ng_status rms_run(ng_context *ctx, cl_command_queue q, const op_bufs *b, 
                              T(b, 4, xd), op == 2 ? ng_tensor_none() : T(b, 5, wd),
                              op == 3 ? NG_ACCUMULATE_GRAD : 0, ng_tensor_none(), 0, NULL, NULL);
 }
-static ng_status rms_run0(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 0); }
-static ng_status rms_run1(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 1); }
-static ng_status rms_run2(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 2); }
-static ng_status rms_run3(ng_context *c, cl_command_queue q, const op_bufs *b) { return rms_run(c, q, b, 3); }
+#define RMS_RUN(k)                                                                               \
+  static ng_status rms_run##k(ng_context *c, cl_command_queue q, const op_bufs *b) {            \
+    return rms_run(c, q, b, k);                                                                  \
+  }
+RMS_RUN(0)
+RMS_RUN(1)
+RMS_RUN(2)
+RMS_RUN(3)
 
 /* ---- fused add + RMSNorm: x, residual[10, 48] bf16, f32 weight, ds_out ----------------------- */
 enum { FR = 10, FN = 48 };
@@ -303,7 +307,8 @@ static void test_first_calls_from_eight_threads(void **state) {
       memset(&b, 0, sizeof b);
       ops[op].make(&b);
       ng_status s = ops[op].run(ref, e->queue, &b);
-      if (s != NG_SUCCESS) fail_msg("%s: %s: %s", ops[op].name, ng_status_name(s), ng_last_error_detail());
+      if (s != NG_SUCCESS)
+        fail_msg("%s: %s: %s", ops[op].name, ng_status_name(s), ng_last_error_detail());
       CL_OK(clFinish(e->queue));
       want[op] = results(&b, &want_n[op]);
       free_bufs(&b);
