@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Turn the JSON lines of tools/bench_sweep.sh into a CSV and PNG plots (GB/s against N, one
-figure per op and pass, with the device's copy bandwidth as a line).
+"""Turn the JSON lines of tools/bench_sweep.sh (normgrad-cli bench and tools/bench_torch.py) into
+a CSV and PNG plots (GB/s against N, one figure per op and pass, one line per implementation and
+frozen setting, with the device's copy bandwidth as a line), or print them as tables.
 
     tools/plot_bench.py bench.jsonl --out-dir docs/perf [--title "H100, bf16"]
+    tools/plot_bench.py --summary bench.jsonl
 
-The CSV is always written; the PNGs need matplotlib (it says so where it is missing)."""
+normgrad has no "both" pass of its own: its forward + backward is derived as the sum of the two
+medians (bytes added too), marked `derived` in the CSV (not for flce, whose backward is already
+the whole fused pass, as the peers' flce backward is). --summary prints every line, then
+normgrad's speedup over the best peer (peer ms / normgrad ms; the bytes are the same) for each
+(op, pass, N, frozen), and over PyTorch eager. The CSV is always written; the PNGs need
+matplotlib (it says so where it is missing)."""
 import argparse
 import csv
 import json
@@ -12,8 +19,93 @@ import os
 import sys
 from collections import defaultdict
 
-FIELDS = ["impl", "op", "pass", "rows", "hidden", "dtype", "frozen", "bytes", "median_ms", "gbps",
-          "copy_gbps", "ratio", "device"]
+FIELDS = ["impl", "op", "pass", "rows", "hidden", "dtype", "frozen", "frozen_bias", "bytes",
+          "median_ms", "gbps", "copy_gbps", "ratio", "device", "derived"]
+PASS_ORDER = {"forward": 0, "backward": 1, "both": 2}
+
+
+def load(path):
+    """(results, problems): timed lines, and the error / skipped lines."""
+    rows, problems = [], []
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append({"error": "not JSON: " + line[:200]})
+            continue
+        r.setdefault("impl", "normgrad")
+        if "error" in r or "skipped" in r or "gbps" not in r:
+            problems.append(r)
+        else:
+            rows.append(r)
+    return rows, problems
+
+
+def add_derived_both(rows):
+    """normgrad forward + backward (and + frozen backward) as a "both" row per (op, N, dtype)."""
+    by = {}
+    for r in rows:
+        if r["impl"] == "normgrad":
+            by[(r["op"], r["hidden"], r["rows"], r["dtype"], r["pass"], bool(r.get("frozen")))] = r
+    out = []
+    for (op, n, rr, dt, p, fr), b in by.items():
+        # flce's backward is already the fused loss + gradients pass
+        if p != "backward" or op == "flce":
+            continue
+        f = by.get((op, n, rr, dt, "forward", False))
+        if f is None:
+            continue
+        ms = f["median_ms"] + b["median_ms"]
+        by_ = f["bytes"] + b["bytes"]
+        gbps = by_ / ms / 1e6 if ms > 0 else 0
+        copy = b["copy_gbps"]
+        out.append({**b, "pass": "both", "bytes": by_, "median_ms": ms, "gbps": gbps,
+                    "ratio": gbps / copy if copy else 0, "derived": True})
+    return rows + out
+
+
+def key(r):
+    return (r["op"], PASS_ORDER.get(r["pass"], 9), r["hidden"], bool(r.get("frozen")))
+
+
+def summary(rows, problems):
+    print(f"{'impl':14} {'op':18} {'pass':9} {'N':>6} {'frozen':6} {'ms':>9} {'GB/s':>8} "
+          f"{'copy':>7} {'ratio':>6}")
+    for r in sorted(rows, key=lambda r: key(r) + (r["impl"],)):
+        print(f"{r['impl']:14} {r['op']:18} {r['pass']:9} {r['hidden']:>6} "
+              f"{str(bool(r.get('frozen'))):6} {r['median_ms']:9.4f} {r['gbps']:8.1f} "
+              f"{r['copy_gbps']:7.0f} {r['ratio']:6.3f}"
+              + ("  (fwd+bwd sum)" if r.get("derived") else ""))
+    for p in problems:
+        what = "ERROR" if "error" in p else "skipped"
+        where = " ".join(str(p.get(k, "")) for k in ("impl", "op", "pass", "hidden") if k in p)
+        if "frozen" in p:
+            where += " frozen" if p["frozen"] else ""
+        print(f"{what}: {where}: {p.get('error', p.get('skipped', ''))}")
+    groups = defaultdict(dict)
+    for r in rows:
+        groups[key(r)][r["impl"]] = r
+    print()
+    print("normgrad's speedup (peer ms / normgrad ms, same bytes):")
+    print(f"{'op':18} {'pass':9} {'N':>6} {'frozen':6} {'normgrad ms':>11} {'best peer':>14} "
+          f"{'peer ms':>9} {'speedup':>8} {'vs eager':>8}")
+    for k in sorted(groups):
+        g = groups[k]
+        ng = g.get("normgrad")
+        peers = {i: r for i, r in g.items() if i != "normgrad"}
+        if ng is None or not peers:
+            continue
+        best = min(peers.values(), key=lambda r: r["median_ms"])
+        eager = peers.get("torch-eager")
+        sp = best["median_ms"] / ng["median_ms"] if ng["median_ms"] > 0 else 0
+        ve = ""
+        if eager and ng["median_ms"] > 0:
+            ve = f"{eager['median_ms'] / ng['median_ms']:7.2f}x"
+        print(f"{k[0]:18} {ng['pass']:9} {k[2]:>6} {str(k[3]):6} {ng['median_ms']:11.4f} "
+              f"{best['impl']:>14} {best['median_ms']:9.4f} {sp:7.2f}x {ve:>8}")
 
 
 def main():
@@ -22,24 +114,20 @@ def main():
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--title", default="")
     ap.add_argument("--prefix", default="bench")
+    ap.add_argument("--summary", action="store_true", help="print tables instead of files")
     a = ap.parse_args()
-    rows = []
-    for line in open(a.jsonl):
-        line = line.strip()
-        if not line:
-            continue
-        r = json.loads(line)
-        if "error" in r or "skipped" in r or "gbps" not in r:
-            continue
-        r.setdefault("impl", "normgrad")
-        rows.append(r)
+    rows, problems = load(a.jsonl)
+    rows = add_derived_both(rows)
+    if a.summary:
+        summary(rows, problems)
+        return 0
     os.makedirs(a.out_dir, exist_ok=True)
     csv_path = os.path.join(a.out_dir, a.prefix + ".csv")
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader()
-        for r in rows:
-            w.writerow(r)
+        for r in sorted(rows, key=lambda r: key(r) + (r["impl"],)):
+            w.writerow({**r, "derived": bool(r.get("derived"))})
     print(f"wrote {csv_path} ({len(rows)} rows)")
     try:
         import matplotlib
@@ -55,20 +143,28 @@ def main():
         fig, ax = plt.subplots(figsize=(7, 4.2))
         series = defaultdict(list)
         for r in rs:
-            label = r["impl"] + (" (frozen)" if r.get("frozen") and pass_ == "backward" else "")
-            series[label].append((r["hidden"], r["gbps"]))
-        for label, pts in sorted(series.items()):
+            fr = bool(r.get("frozen")) and pass_ != "forward"
+            label = r["impl"] + (" (fwd+bwd sum)" if r.get("derived") else "")
+            series[(r["impl"], fr, label + (" (frozen)" if fr else ""))].append(
+                (r["hidden"], r["gbps"]))
+        impls = sorted({k[0] for k in series}, key=lambda i: (i != "normgrad", i))
+        colour = {i: f"C{n % 10}" for n, i in enumerate(impls)}
+        for (impl, fr, label), pts in sorted(series.items()):
             pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        copy = sorted(r["copy_gbps"] for r in rs)[len(rs) // 2]
-        ax.axhline(copy, color="gray", linestyle="--", label=f"copy {copy:.0f} GB/s")
+            # one colour per implementation, its frozen run dashed
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if fr else "-", marker="o",
+                    color=colour[impl], label=label)
+        copies = sorted(r["copy_gbps"] for r in rs)
+        copy = copies[len(copies) // 2]
+        ax.axhline(copy, color="gray", linestyle=":", label=f"copy {copy:.0f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (hidden size)")
         ax.set_ylabel("effective GB/s")
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{op} {pass_}" + (f" — {a.title}" if a.title else ""))
+        what = "forward + backward" if pass_ == "both" else pass_
+        ax.set_title(f"{op} {what}" + (f" — {a.title}" if a.title else ""))
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
         png = os.path.join(a.out_dir, f"{a.prefix}_{op}_{pass_}.png")
         fig.tight_layout()
         fig.savefig(png, dpi=110)
