@@ -155,9 +155,25 @@ typedef enum ng_tune {
   NG_TUNE_WORKGROUP = 1,   /* work-items per work-group for the row kernels (power of 2) */
   NG_TUNE_GROUPS = 2,      /* persistent work-groups per launch */
   NG_TUNE_VECTOR = 3,      /* elements per vector access: 1, or 8 where alignment allows */
-  NG_TUNE_REG_COLS = 4     /* column slots per work-item kept in registers (1, 2, 4) */
+  NG_TUNE_REG_COLS = 4,    /* column slots per work-item kept in registers (1, 2, 4) */
+  NG_TUNE_PREFETCH = 5,    /* 1 = off, 2 = each group prefetches its next row into the L2
+                              cache while it reduces the current one (NVIDIA only) */
+  NG_TUNE_TABLE = 6        /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
 } ng_tune;
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
+
+/** Record tuned launch parameters in the context's cache folder (`tuning.txt`, docs/tuning.md),
+ *  replacing an older entry for the same device (platform, device, driver), kernel kind and
+ *  row-length bucket (floor(log2 n)). Contexts created afterwards on this device use them where
+ *  no override is set. `kind`: "rmsnorm.fwd", "rmsnorm.bwd", "rmsnorm.bwd_frozen", the same with
+ *  "fused-add-rmsnorm." and "layernorm.", or "polynorm". `values[NG_TUNE_*]` (7 entries, index 0
+ *  unused; 0 = not tuned). `comment` (optional) is kept on the line. The file is replaced
+ *  atomically (temporary file + rename). `normgrad-cli tune` is the usual caller.
+ *  Errors: NG_ERR_NULL_HANDLE (ctx or values NULL), NG_ERR_INVALID_VALUE (unknown kind, n = 0,
+ *  values the device cannot take, no cache folder), NG_ERR_IO (the folder or file cannot be
+ *  written), NG_ERR_HOST_OUT_OF_MEMORY. Thread-safe; does not change this context's launches. */
+NG_API ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n,
+                                 const unsigned *values, const char *comment);
 
 typedef struct ng_context_stats {
   uint64_t programs_built; /* programs compiled from source by this context */
