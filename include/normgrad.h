@@ -17,6 +17,8 @@
  *  - The library never prints and never exits.
  *  - One ng_context serves one device and may be used from several threads at once (its program
  *    cache is locked); ng_context_override() must not race with calls that use the context.
+ *    Any number of contexts may exist at once, on any devices or sub-devices; they share no
+ *    state (docs/data-parallel.md says what may be shared between threads).
  *  - All `*_release(NULL)` calls are no-ops.
  */
 #ifndef NORMGRAD_H

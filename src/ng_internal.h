@@ -105,9 +105,9 @@ unsigned char *ng_disk_encode(uint32_t format, const char *key, const void *payl
                               size_t *out_len);
 #define NG_DISK_FORMAT 1u
 /* Tests only: 1 = act as if clCreateProgramWithBinary rejected every entry, 2 = as if
- * clBuildProgram did. PoCL crashes on a binary it cannot parse, so a test cannot make the
- * driver reject one for real. */
-extern int ng_disk_test_fail_stage;
+ * clBuildProgram did, for loads made by the calling thread. PoCL crashes on a binary it cannot
+ * parse, so a test cannot make the driver reject one for real. */
+extern _Thread_local int ng_disk_test_fail_stage;
 
 /* ---- variant enumeration for ng_prebuild (prebuild.c) -------------------------------------- */
 /* Called once per (program, options) an op can use on the context's device. */
