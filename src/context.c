@@ -3,6 +3,7 @@
 #include "ng_internal.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,8 +75,10 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
   ng_tuning_load(c);
   s = ng_tune_from_env(c);
   if (s != NG_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ng_last_error_detail());
     ng_context_release(c);
-    return s;
+    return ng_fail(s, "%s", why);
   }
   *out = c;
   return NG_SUCCESS;

@@ -4,6 +4,7 @@
 #include "ng_internal.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +38,11 @@ ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *or
       return ng_fail(NG_ERR_INVALID_VALUE,
                      "%s: unknown name '%s' (wg, groups, vec, reg, prefetch, table)", origin, item);
     ng_status s = ng_context_override(ctx, tune_names[k].what, (unsigned)v);
-    if (s != NG_SUCCESS) return s;
+    if (s != NG_SUCCESS) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", ng_last_error_detail());
+      return ng_fail(s, "%s: %s", origin, why);
+    }
     p = end ? end + 1 : NULL;
   }
   return NG_SUCCESS;

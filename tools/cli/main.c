@@ -556,6 +556,8 @@ static const cli_command commands[] = {
      "Checks FILE like `run` does and prints each tensor's name, dtype and shape, with the\n"
      "minimum, maximum and mean of its finite values (and the count of NaN/Inf ones).\n"},
     {"cache", cli_cmd_cache, "list, clear or fill the on-disk program cache", cli_cache_usage},
+    {"tune", cli_cmd_tune, "search an op's launch parameters and store the fastest",
+     cli_tune_usage},
     {"help", cmd_help, "help for a subcommand", "usage: normgrad-cli help [SUBCOMMAND]\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
