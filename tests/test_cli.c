@@ -758,18 +758,24 @@ static void test_more_usage_errors(void **state) {
 /* ---- help, version, devices, bench ---------------------------------------------------------------- */
 static void test_help_and_devices(void **state) {
   (void)state;
-  const char *subs[] = {"devices", "run", "bench", "inspect", "help"};
+  /* every subcommand, every way of asking: SUB --help, SUB -h, SUB ARG --help, help SUB,
+   * --help SUB */
+  const char *subs[] = {"devices", "run", "bench", "inspect", "cache", "help"};
   for (size_t i = 0; i < NG_ARRAY_LEN(subs); i++) {
     char want[64];
     snprintf(want, sizeof want, "usage: normgrad-cli %s", subs[i]);
-    ng_cli_proc p = ng_cli_run((const char *const[]){subs[i], "--help", NULL});
-    if (p.code != 0 || !strstr(p.out, want))
-      fail_msg("%s --help: exit %d, output: %s", subs[i], p.code, p.out);
-    ng_cli_proc_free(&p);
-    p = ng_cli_run((const char *const[]){"help", subs[i], NULL});
-    assert_int_equal(p.code, 0);
-    assert_non_null(strstr(p.out, want));
-    ng_cli_proc_free(&p);
+    const char *const asks[][4] = {{subs[i], "--help", NULL},
+                                   {subs[i], "-h", NULL},
+                                   {subs[i], "x", "--help", NULL},
+                                   {"help", subs[i], NULL},
+                                   {"--help", subs[i], NULL}};
+    for (size_t k = 0; k < NG_ARRAY_LEN(asks); k++) {
+      ng_cli_proc p = ng_cli_run(asks[k]);
+      if (p.code != 0 || !strstr(p.out, want) || *p.err)
+        fail_msg("%s %s %s: exit %d, stdout: %s, stderr: %s", asks[k][0], asks[k][1],
+                 asks[k][2] ? asks[k][2] : "", p.code, p.out, p.err);
+      ng_cli_proc_free(&p);
+    }
   }
   ng_cli_proc p = ng_cli_run((const char *const[]){"--help", NULL});
   assert_int_equal(p.code, 0);
@@ -807,6 +813,7 @@ static void test_help_and_devices(void **state) {
 static void check_bench_json(const char *const *args, const char *pass, bool frozen) {
   ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("bench: exit %d: %s", p.code, p.err);
+  if (*p.err) fail_msg("bench --json wrote on stderr: '%s'", p.err); /* no progress line */
   const char *end = NULL;
   cJSON *j = cJSON_ParseWithOpts(p.out, &end, 0);
   if (!cJSON_IsObject(j)) fail_msg("bench --json did not print a JSON object: %s", p.out);
@@ -848,6 +855,77 @@ static void test_bench_json(void **state) {
                    "forward", true);
 }
 
+/* ---- exit codes (docs/cli.md): the same rules in every subcommand ------------------------ */
+static void expect_code(const char *const *args, int code, const char *needle) {
+  ng_cli_proc p = ng_cli_run(args);
+  char what[512];
+  describe_args(args, what, sizeof what);
+  if (p.code != code || !strstr(p.err, needle) || strncmp(p.err, "normgrad-cli: ", 14) != 0)
+    fail_msg("`%s`: exit %d (expected %d), stderr: %s", what, p.code, code, p.err);
+  ng_cli_proc_free(&p);
+}
+
+static void test_exit_codes(void **state) {
+  (void)state;
+  /* an unknown option is a usage error (2) in every subcommand */
+  const char *subs[] = {"devices", "run", "bench", "inspect", "cache"};
+  for (size_t i = 0; i < NG_ARRAY_LEN(subs); i++)
+    expect_code((const char *const[]){subs[i], "--no-such-option", NULL}, 2, "--no-such-option");
+  expect_code((const char *const[]){"help", "--no-such-option", NULL}, 2, "--no-such-option");
+  expect_code((const char *const[]){"--help", "frobnicate", NULL}, 2, "unknown subcommand");
+  expect_code((const char *const[]){"--help", "run", "extra", NULL}, 2, "unexpected argument");
+  expect_code((const char *const[]){"--version", "extra", NULL}, 2, "unexpected argument");
+  /* stdout that cannot be written is a failure (2), not a silent success */
+  const char *const writes[][3] = {{"--version", NULL}, {"--help", NULL}, {"help", "run", NULL},
+                                   {"run", "--help", NULL}, {"devices", NULL}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(writes); i++) {
+    ng_cli_proc p = ng_cli_run_to(writes[i], "/dev/full");
+    if (p.code != 2 || !strstr(p.err, "cannot write stdout"))
+      fail_msg("`%s` into /dev/full: exit %d, stderr: %s", writes[i][0], p.code, p.err);
+    ng_cli_proc_free(&p);
+  }
+}
+
+/* ---- the progress line of bench: on a terminal only, erased at the end, never with --json -- */
+/* The text after the last '\r' and the one before it: the line must end erased, "\r   \r". */
+static bool ends_erased(const char *t) {
+  const size_t n = strlen(t);
+  if (n < 2 || t[n - 1] != '\r') return false;
+  size_t i = n - 1;
+  while (i > 0 && t[i - 1] == ' ') i--;
+  return i > 0 && i < n - 1 && t[i - 1] == '\r';
+}
+
+static void test_progress_line(void **state) {
+  (void)state;
+  const char *const args[] = {"bench",   "rmsnorm", "--rows", "64",      "--hidden", "512",
+                              "--dtype", "bf16",    "--pass", "forward", NULL};
+  /* stderr on a terminal: the line shows each phase, is redrawn in place, and is erased */
+  ng_cli_proc p = ng_cli_run_tty(args);
+  if (p.code != 0) fail_msg("bench on a tty: exit %d: %s", p.code, p.err);
+  if (!strstr(p.err, "bench rmsnorm forward: timing") || !strstr(p.err, "bench: copy bandwidth"))
+    fail_msg("no progress line on the terminal: '%s'", p.err);
+  if (strchr(p.err, '\n')) fail_msg("the progress line printed a newline: '%s'", p.err);
+  if (!ends_erased(p.err)) fail_msg("the progress line was not erased: '%s'", p.err);
+  if (!strstr(p.out, "median") || strchr(p.out, '\r'))
+    fail_msg("stdout of bench on a tty: '%s'", p.out);
+  ng_cli_proc_free(&p);
+  /* --json: nothing on the terminal, exactly one JSON object on stdout */
+  const char *const json_args[] = {"bench",  "rmsnorm", "--rows",  "64",     "--hidden", "512",
+                                   "--dtype", "bf16",   "--pass", "forward", "--json",   NULL};
+  p = ng_cli_run_tty(json_args);
+  if (p.code != 0 || *p.err) fail_msg("bench --json on a tty: exit %d, stderr '%s'", p.code, p.err);
+  cJSON *j = cJSON_Parse(p.out);
+  if (!cJSON_IsObject(j)) fail_msg("bench --json on a tty: stdout is not one object: %s", p.out);
+  cJSON_Delete(j);
+  ng_cli_proc_free(&p);
+  /* not a terminal (a file here; test_bench_json checks the same of every --json run) */
+  p = ng_cli_run(args);
+  if (p.code != 0 || strchr(p.err, '\r') || strstr(p.err, "timing"))
+    fail_msg("bench into a file: exit %d, stderr '%s'", p.code, p.err);
+  ng_cli_proc_free(&p);
+}
+
 /* ---- setup ---------------------------------------------------------------------------------------- */
 int main(void) {
   if (ng_cli_test_init("cli")) return 1;
@@ -869,6 +947,8 @@ int main(void) {
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_output_replacement),
       cmocka_unit_test(test_bench_json),
+      cmocka_unit_test(test_exit_codes),
+      cmocka_unit_test(test_progress_line),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   ng_cli_test_cleanup();

@@ -138,13 +138,15 @@ static int wait_exit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-ng_cli_proc ng_cli_run_env(const char *const *args, const char *const *extra_env) {
+/* stdout to `out_path` (read back into p.out unless it is a device such as /dev/full). */
+static ng_cli_proc spawn_to(const char *const *args, const char *const *extra_env,
+                            const char *out_path) {
   const char *argv[64];
   make_argv(args, argv, NG_ARRAY_LEN(argv));
   char **envp = make_envp(extra_env);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, log_err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid;
   int e = posix_spawn(&pid, ng_cli_path, &fa, NULL, (char *const *)argv, envp);
@@ -153,9 +155,17 @@ ng_cli_proc ng_cli_run_env(const char *const *args, const char *const *extra_env
   if (e != 0) fail_msg("posix_spawn(%s) failed: %s", ng_cli_path, strerror(e));
   ng_cli_proc p;
   p.code = wait_exit(pid);
-  p.out = ng_cli_slurp(log_out);
+  p.out = strncmp(out_path, "/dev/", 5) ? ng_cli_slurp(out_path) : strdup("");
   p.err = ng_cli_slurp(log_err);
   return p;
+}
+
+ng_cli_proc ng_cli_run_env(const char *const *args, const char *const *extra_env) {
+  return spawn_to(args, extra_env, log_out);
+}
+
+ng_cli_proc ng_cli_run_to(const char *const *args, const char *stdout_path) {
+  return spawn_to(args, NULL, stdout_path);
 }
 
 ng_cli_proc ng_cli_run(const char *const *args) { return ng_cli_run_env(args, NULL); }

@@ -43,6 +43,8 @@ ng_cli_proc ng_cli_run(const char *const *args);
 /* The same with extra "NAME=value" environment entries (NULL-terminated, may be NULL); an entry
  * replaces the inherited variable of that name. */
 ng_cli_proc ng_cli_run_env(const char *const *args, const char *const *extra_env);
+/* The same with stdout going to `stdout_path` (e.g. /dev/full; p.out is "" for a /dev/ path). */
+ng_cli_proc ng_cli_run_to(const char *const *args, const char *stdout_path);
 /* The same with stderr on a pseudo-terminal (raw output: no "\n" → "\r\n" translation, 100
  * columns) so that isatty(2) holds in the child; stdout still goes to a file. */
 ng_cli_proc ng_cli_run_tty(const char *const *args);
