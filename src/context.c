@@ -51,6 +51,19 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
   *out = NULL;
   if (!cl_ctx) return ng_fail(NG_ERR_NULL_HANDLE, "cl_context is NULL");
   if (!device) return ng_fail(NG_ERR_NULL_HANDLE, "device is NULL");
+  /* Programs are built for `device` in `cl_ctx`: a device outside the context would only fail
+   * later, on every op, as a queue "of another device". */
+  cl_uint nd = 0;
+  cl_int ce = clGetContextInfo(cl_ctx, CL_CONTEXT_NUM_DEVICES, sizeof nd, &nd, NULL);
+  if (ce != CL_SUCCESS) return ng_fail(ce, "cl_context: not a valid OpenCL context");
+  cl_device_id *cds = calloc(nd ? nd : 1, sizeof *cds);
+  if (!cds) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "context device list");
+  ce = clGetContextInfo(cl_ctx, CL_CONTEXT_DEVICES, nd * sizeof *cds, cds, NULL);
+  bool member = false;
+  for (cl_uint i = 0; ce == CL_SUCCESS && i < nd; i++) member = member || cds[i] == device;
+  free(cds);
+  if (ce != CL_SUCCESS) return ng_fail(ce, "cl_context: its device list cannot be read");
+  if (!member) return ng_fail(CL_INVALID_DEVICE, "device is not one of the cl_context's devices");
   ng_context *c = calloc(1, sizeof *c);
   if (!c) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "context allocation");
   ng_status s = query_info(device, &c->info);

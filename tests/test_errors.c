@@ -284,6 +284,26 @@ static void test_context_bad_input(void **state) {
   assert_null(c);
   CASE("context: NULL out", NG_ERR_NULL_HANDLE, "out is NULL",
        ng_context_create(e->cl_ctx, e->device, NULL));
+  /* A device that is not one of the context's: a sub-device of the test device (the only kind
+   * a one-device machine has). It used to be accepted, and every op then failed with a queue
+   * "of another device". */
+  cl_uint max_sub = 0, cu = 0;
+  clGetDeviceInfo(e->device, CL_DEVICE_PARTITION_MAX_SUB_DEVICES, sizeof max_sub, &max_sub, NULL);
+  clGetDeviceInfo(e->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+  const cl_device_partition_property halves[] = {CL_DEVICE_PARTITION_EQUALLY,
+                                                 (cl_device_partition_property)(cu / 2), 0};
+  cl_device_id sub[4];
+  cl_uint nsub = 0;
+  if (max_sub >= 2 && cu >= 2 &&
+      clCreateSubDevices(e->device, halves, 4, sub, &nsub) == CL_SUCCESS) {
+    c = (ng_context *)&f;
+    CASE("context: a device outside the cl_context", CL_INVALID_DEVICE, "not one of",
+         ng_context_create(e->cl_ctx, sub[0], &c));
+    assert_null(c);
+    for (cl_uint i = 0; i < nsub && i < 4; i++) clReleaseDevice(sub[i]);
+  } else {
+    print_message("(the device cannot be partitioned: no sub-device to try)\n");
+  }
   c = (ng_context *)&f;
   CASE("context: missing device 'nonexistent'", NG_ERR_NO_DEVICE, "nonexistent",
        ng_context_create_selected("nonexistent", &c));
