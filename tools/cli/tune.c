@@ -4,6 +4,7 @@
  * contexts created later on this device find it. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "progress.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -237,9 +238,12 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     s = cases[0].run(env, state);
     if (s == NG_SUCCESS) s = clFinish(env->queue);
   }
-  const bool tty = isatty(2);
+  char label[128];
+  snprintf(label, sizeof label, "tune %s N=%zu %s: candidates", op->name, n, pass);
+  cli_progress pr;
+  cli_progress_begin(&pr, (uint64_t)nc, label);
   for (int i = 0; i < nc && s == NG_SUCCESS; i++) {
-    if (tty) fprintf(stderr, "\rtune %s N=%zu %s: candidate %d/%d ", op->name, n, pass, i + 1, nc);
+    cli_progress_step(&pr, i ? 1 : 0);
     s = apply(env->ctx, cs[i].v);
     if (s != NG_SUCCESS) { /* a value this device cannot take: skip it */
       s = NG_SUCCESS;
@@ -267,15 +271,16 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     if (!cs[i].ok) {
       char d[128];
       describe(cs[i].v, d, sizeof d);
-      fprintf(stderr, "%snormgrad-cli: tune %s N=%zu %s: %s rejected: outputs differ from the "
-              "default's by %.3g x the tolerance\n", tty ? "\n" : "", op->name, n, pass, d, e);
+      cli_progress_clear();
+      fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: outputs differ from the "
+              "default's by %.3g x the tolerance\n", op->name, n, pass, d, e);
       rejected++;
       continue;
     }
     if (e > worst_ok) worst_ok = e;
     if (cs[i].ms < cs[best].ms) best = i;
   }
-  if (tty) fprintf(stderr, "\r\033[K");
+  cli_progress_end(&pr);
   apply(env->ctx, none);
   ng_context_override(env->ctx, NG_TUNE_TABLE, 0);
   for (int i = 0; i < 3; i++) {
@@ -376,6 +381,7 @@ int cli_cmd_tune(int argc, char **argv) {
     p = *end ? end + 1 : end;
   }
   if (cli_parse_only) return CLI_OK;
+  if (json) cli_progress_enable(false);
   cli_env env;
   char err[1024];
   int rc = cli_env_open(dev, &env, err, sizeof err);
