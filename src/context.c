@@ -262,26 +262,44 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
  * work-groups into loops and barriers into spills (PERF-NOTES).
  *
  * GPU choices, measured on the H100 (bf16, rows·n = 2^25; docs/perf.md has the sweep):
- *  - forward and frozen backward: the work-group is sized so that each work-item holds two
- *    vectors of the row (REG = 2, 32…1024 work-items); rows of up to 512 vectors get one group
- *    each (the hardware schedules them better than a persistent loop could), longer rows a
- *    persistent grid of 2048 work-items per compute unit that prefetches each group's next row;
+ *  - forward: the work-group is sized so that each work-item holds two vectors of the row
+ *    (REG = 2, 32…1024 work-items); rows of up to 512 vectors get one group each (the hardware
+ *    schedules them better than a persistent loop could), longer rows a persistent grid of 2048
+ *    work-items per compute unit that prefetches each group's next row;
+ *  - frozen backward: the work-group shape of the backward with dW (so dx is the same bits
+ *    either way), the forward's grid;
  *  - backward with dW: the dW sums stay in registers for the whole grid, so every group must be
  *    resident and each work-item should hold as few of them as possible: one vector per
  *    work-item (REG = 1, the group as wide as the row) up to 512 vectors and about 1024
  *    work-items per compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
  *    group per unit; past 2048 vectors the row streams and dW goes through scratch rows. */
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
-                                   bool backward) {
-  return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, backward);
+                                   int mode) {
+  return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, mode);
 }
 
 /* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
-                                     size_t n, bool vec_ok, bool backward) {
+                                     size_t n, bool vec_ok, int mode) {
+  const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
   ng_tuned_lookup(ctx, kind, n, tune);
+  if (mode == NG_ROWS_BWD_FROZEN && kind) {
+    /* dx must be the same bits frozen or not: the work-group shape (which fixes the reduction
+     * order) is the backward-with-dW kind's; only the grid and prefetch are the frozen kind's */
+    char dw_kind[64];
+    const size_t len = strlen(kind), suffix = sizeof "_frozen" - 1;
+    unsigned shape[NG_TUNE_SLOTS] = {0};
+    if (len > suffix && len - suffix < sizeof dw_kind) {
+      memcpy(dw_kind, kind, len - suffix);
+      dw_kind[len - suffix] = '\0';
+      ng_tuned_lookup(ctx, dw_kind, n, shape);
+    }
+    tune[NG_TUNE_WORKGROUP] = shape[NG_TUNE_WORKGROUP];
+    tune[NG_TUNE_REG_COLS] = shape[NG_TUNE_REG_COLS];
+    tune[NG_TUNE_VECTOR] = shape[NG_TUNE_VECTOR];
+  }
   for (int i = 0; i < NG_TUNE_SLOTS; i++)
     if (ctx->tune[i]) tune[i] = ctx->tune[i];
   const bool cpu = (d->type & CL_DEVICE_TYPE_CPU) != 0;
@@ -293,7 +311,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   size_t maxwg = 1;
   while (maxwg * 2 <= d->max_wg && maxwg * 2 <= 1024) maxwg *= 2;
   size_t wg = 1, reg = 1;
-  if (!cpu && !backward) {
+  if (!cpu && mode == NG_ROWS_FWD) {
     wg = 32;
     while (wg < maxwg && wg * 2 < nv) wg *= 2;
     reg = 2;

@@ -215,9 +215,15 @@ void ng_tuning_load(ng_context *ctx);
 bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]);
 /* ng_choose_row_launch for a kernel kind that may have tuned values. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
-                                     size_t n, bool vec_ok, bool backward);
+                                     size_t n, bool vec_ok, int mode);
+/* `mode`: NG_ROWS_FWD (no partials), NG_ROWS_BWD_DW (dW/dB partials in a persistent grid), or
+ * NG_ROWS_BWD_FROZEN (no partials, but the same work-group shape as NG_ROWS_BWD_DW so that dx
+ * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. */
+#define NG_ROWS_FWD 0
+#define NG_ROWS_BWD_DW 1
+#define NG_ROWS_BWD_FROZEN 2
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
-                                   bool backward);
+                                   int mode);
 
 /* Sum `groups` rows of `n` f32 partials (at part_off floats into `part`) into `out` (its own
  * dtype), adding to what `out` holds when `accumulate` (reduce.c, cl/reduce.cl). Get the

@@ -130,8 +130,8 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (!compute_dweight) return NG_SUCCESS;
   /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
   const char *kind = rms_kind(fused, true);
-  const ng_row_launch l8 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, true, true);
-  const ng_row_launch l1 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, false, true);
+  const ng_row_launch l8 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, true, NG_ROWS_BWD_DW);
+  const ng_row_launch l1 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, false, NG_ROWS_BWD_DW);
   const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
   if (ng_mul_overflows(groups * 4, p->n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
@@ -178,7 +178,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid */
   const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw),
-                                                p->rows, p->n, vec_ok, compute_dw);
+                                                p->rows, p->n, vec_ok,
+                                                compute_dw ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
   const size_t scratch_bytes = compute_dw ? (size_t)l.groups * 4 * p->n : 0;
   ng_opts o;
   bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds);
@@ -272,7 +273,9 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
     for (int aligned = 1; aligned >= 0; aligned--)
       for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
         const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                                     pass == 2);
+                                                     pass == 0   ? NG_ROWS_FWD
+                                                     : pass == 1 ? NG_ROWS_BWD_FROZEN
+                                                                 : NG_ROWS_BWD_DW);
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */

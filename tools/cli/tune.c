@@ -136,8 +136,11 @@ static double compare(const cli_bench_case *c, void *ref[3], void *got[3]) {
   return worst;
 }
 
-/* Candidates around the device's properties; [0] is the built-in default. */
-static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, candidate *cs) {
+/* Candidates around the device's properties; [0] is the built-in default. With `grid_only`
+ * (frozen backward: its work-group shape is the trained backward's, so that dx is the same bits)
+ * only the group count and the prefetch vary. */
+static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool grid_only,
+                           candidate *cs) {
   cl_uint cu = 1;
   size_t maxwg = 1;
   cl_device_type type = 0;
@@ -172,7 +175,11 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, candida
       /* the register-cached rows: just enough work-items; streamed rows: wide groups */
       const bool fits = cover >= nvec && (cover < 2 * nvec || wg == 32);
       const bool streams = nvec > top * 4 && wg >= 256;
-      if (!fits && !streams) continue;
+      if (grid_only) {
+        if (wg != 32 || reg != 1) continue; /* one pass over the group counts below */
+      } else if (!fits && !streams) {
+        continue;
+      }
       const unsigned *mult = dw ? mult_gpu_dw : mult_gpu;
       const size_t nm = dw ? 4 : 5;
       for (size_t m = 0; m < nm; m++)
@@ -184,8 +191,8 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, candida
                       : (rows > 0xffffffffu / 1024 ? 0xffffffffu / 1024 : (unsigned)rows);
           candidate *c = &cs[nc++];
           memset(c, 0, sizeof *c);
-          c->v[NG_TUNE_WORKGROUP] = (unsigned)wg;
-          c->v[NG_TUNE_REG_COLS] = reg;
+          c->v[NG_TUNE_WORKGROUP] = grid_only ? 0 : (unsigned)wg;
+          c->v[NG_TUNE_REG_COLS] = grid_only ? 0 : reg;
           c->v[NG_TUNE_GROUPS] = groups;
           c->v[NG_TUNE_PREFETCH] = pf;
         }
@@ -212,7 +219,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   else snprintf(kind, sizeof kind, "%s.%s", t->op, fwd ? "fwd" : frozen ? "bwd_frozen" : "bwd");
   const bool dw = !fwd && !frozen;
   static candidate cs[MAX_CANDIDATES];
-  const int nc = make_candidates(env, n, rows, dw && !t->single, cs);
+  const int nc = make_candidates(env, n, rows, dw && !t->single, frozen && !t->single, cs);
   /* scratch for the largest group count any candidate asks for */
   unsigned vmax[7] = {0};
   for (int i = 1; i < nc; i++)
