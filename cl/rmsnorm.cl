@@ -83,6 +83,14 @@ RMS_FWD(__global const XT *x, ulong x_off,
    * before the first use, and the row is read from memory once. The sums run in the same order
    * as the streaming loop below, so both paths give the same bits. */
   const bool cached = nv <= (uint)(WG * REG);
+  /* w' of this work-item's columns, read once rather than once per row (an L2 read as large
+   * as the row itself in f32) */
+  floatV wc[REG];
+#pragma unroll
+  for (int k = 0; k < REG; k++) {
+    const uint i = lid + (uint)k * WG;
+    wc[k] = cached && i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+  }
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
@@ -98,6 +106,21 @@ RMS_FWD(__global const XT *x, ulong x_off,
         const uint i = lid + (uint)k * WG;
         xs[k] = i < nv ? LOAD_IN(i) : (floatV)(0.0f);
       }
+#if PREFETCH
+      if (r + get_num_groups(0) < rows) {
+        const ulong nx = (ulong)(r + get_num_groups(0)) * n;
+#pragma unroll
+        for (int k = 0; k < REG; k++) {
+          const uint i = lid + (uint)k * WG;
+          if (i < nv) {
+            NG_PREFETCH(x + nx + (ulong)i * VEC);
+#if FUSED_ADD
+            NG_PREFETCH(res + nx + (ulong)i * VEC);
+#endif
+          }
+        }
+      }
+#endif
 #pragma unroll
       for (int k = 0; k < REG; k++) acc = fma(xs[k], xs[k], acc);
       const float ss = ng_wg_sum(ng_hsum(acc), red);
@@ -107,7 +130,7 @@ RMS_FWD(__global const XT *x, ulong x_off,
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) STX(yr, i, rms_out(xs[k], rs, WPRIME(w, i, offset), mode));
+        if (i < nv) STX(yr, i, rms_out(xs[k], rs, wc[k], mode));
       }
       continue;
     }
@@ -159,6 +182,13 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   ds += ds_off;
 #endif
   const bool in_regs = nv <= (uint)(WG * REG); /* the row (and its dW sums) fit in registers */
+#if REG == 1
+  /* w' read once (with one slot per work-item there are registers to spare for it) */
+  const floatV wc0 = in_regs && lid < nv ? WPRIME(w, lid, offset) : (floatV)(0.0f);
+#define WP_REG(k, i) wc0
+#else
+#define WP_REG(k, i) WPRIME(w, i, offset)
+#endif
 #if COMPUTE_DW
   floatV dwr[REG];
 #pragma unroll
@@ -188,10 +218,26 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
         dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
         xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
       }
+#if PREFETCH
+      if (r + get_num_groups(0) < rows) {
+        const ulong nx = (ulong)(r + get_num_groups(0)) * n;
+#pragma unroll
+        for (int k = 0; k < REG; k++) {
+          const uint i = lid + (uint)k * WG;
+          if (i < nv) {
+            NG_PREFETCH(dy + nx + (ulong)i * VEC);
+            NG_PREFETCH(x + nx + (ulong)i * VEC);
+#if HAS_DS
+            NG_PREFETCH(ds + nx + (ulong)i * VEC);
+#endif
+          }
+        }
+      }
+#endif
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) acc = fma(dys[k] * WPRIME(w, i, offset), xs[k], acc);
+        if (i < nv) acc = fma(dys[k] * WP_REG(k, i), xs[k], acc);
       }
       const float dot = ng_wg_sum(ng_hsum(acc), red);
       const float c = (rs * rs * rs) * (dot / (float)n);
@@ -199,7 +245,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          STX(dxr, i, DX_OUT(i, rs * (dys[k] * WPRIME(w, i, offset)) - c * xs[k]));
+          STX(dxr, i, DX_OUT(i, rs * (dys[k] * WP_REG(k, i)) - c * xs[k]));
 #if COMPUTE_DW
           floatV xh = xs[k] * rs;
           if (mode == NG_CAST_LLAMA) xh = RDX(xh);

@@ -4,19 +4,31 @@
  *
  * The only public header. C11, includable from C++.
  *
+ * docs/api.md is the reference: every function, who owns what, and every status it returns.
+ *
  * Contracts that hold for every function below:
  *  - A negative ng_status is an error, 0 is success. OpenCL error codes are passed through
  *    unchanged (they lie in 0…-72 and -1000…-1142); normgrad's own codes lie in -4000…-4099.
  *    ng_status_name()/ng_status_message() describe any code, ng_last_error_detail() says which
  *    argument or which build failed, for the calling thread's last failed call.
  *  - Every argument is checked (buffer sizes against CL_MEM_SIZE, offsets, shapes, dtypes) before
- *    anything is enqueued or written: a failed call has no effect on any buffer.
- *  - Work is enqueued on the caller's in-order queue and is not waited for. Each op waits for the
- *    caller's event wait list and, when `event` is not NULL, returns an event that completes when
- *    the whole op (all of its kernels) has completed. The caller releases that event.
+ *    anything is enqueued or written: a call refused for its arguments has no effect on any
+ *    buffer (it may have built and cached programs). Only an OpenCL failure while enqueueing (such
+ *    as CL_OUT_OF_RESOURCES), which no check can foresee, can leave part of an op enqueued; its
+ *    outputs are then undefined.
+ *  - Work is enqueued on the caller's in-order queue and is not waited for (ng_flce alone blocks,
+ *    to read the targets back). Each op waits for the caller's event wait list and, when `event`
+ *    is not NULL, returns an event that completes when the whole op (all of its kernels) has
+ *    completed; *event is written only on success. The caller releases that event.
+ *  - Buffers (cl_mem) always belong to the caller: normgrad never retains, releases or keeps
+ *    them past the call (OpenCL itself keeps them alive for the enqueued kernels). The returned
+ *    strings are the library's: never freed by the caller.
  *  - The library never prints and never exits.
  *  - One ng_context serves one device and may be used from several threads at once (its program
- *    cache is locked); ng_context_override() must not race with calls that use the context.
+ *    cache is locked); ng_context_override() and ng_context_release() must not race with calls
+ *    that use the context. A caller-provided scratch buffer must not be shared by concurrent
+ *    calls. Any number of contexts may exist at once, on any devices or sub-devices; they share
+ *    no state (docs/data-parallel.md says what may be shared between threads).
  *  - All `*_release(NULL)` calls are no-ops.
  */
 #ifndef NORMGRAD_H
@@ -88,7 +100,8 @@ NG_API const char *ng_status_name(ng_status status);
 /** A one-line English description of the code. Never NULL. */
 NG_API const char *ng_status_message(ng_status status);
 /** Detail of the calling thread's last failed call (which argument, build log excerpt); "" if
- *  none. Valid until the next normgrad call on this thread. */
+ *  none. Every function that returns an ng_status clears it on entry, so it is "" after a
+ *  success; the string is thread-local and valid until the next such call on this thread. */
 NG_API const char *ng_last_error_detail(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -128,36 +141,67 @@ static inline ng_tensor ng_tensor_none(void) { return ng_tensor_of(NULL, 0, NG_F
  * ------------------------------------------------------------------------------------------- */
 typedef struct ng_context ng_context;
 
-/** Wrap the caller's context and device (both retained until ng_context_release). */
+/** Wrap the caller's context and device (both retained until ng_context_release; the caller
+ *  keeps its own references and releases them as usual). `device` must be one of the context's
+ *  devices. On failure *out is NULL. Errors: NG_ERR_NULL_HANDLE (cl_ctx, device or out NULL),
+ *  CL_INVALID_DEVICE (device not in cl_ctx, or its properties cannot be read), the OpenCL code
+ *  of an unusable cl_ctx, NG_ERR_HOST_OUT_OF_MEMORY, NG_ERR_INTERNAL (mutex). */
 NG_API ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context **out);
 /** Pick the first GPU of any platform, else the first device, and create an OpenCL context for
- *  it (owned by the ng_context). Same as ng_context_create_selected(NULL, out). */
+ *  it (owned by the ng_context: released by ng_context_release). Same as
+ *  ng_context_create_selected(NULL, out). */
 NG_API ng_status ng_context_create_default(ng_context **out);
-/** Create a context for the device that ng_select_device(selector) picks. */
+/** Create a context for the device that ng_select_device(selector) picks. Errors: those of
+ *  ng_select_device, the code clCreateContext returns, and those of ng_context_create. */
 NG_API ng_status ng_context_create_selected(const char *selector, ng_context **out);
 
 /** Every device of every platform, in platform order then device order (the indices that
- *  `normgrad-cli devices` prints). Fills up to `max` entries; *count gets the total. */
+ *  `normgrad-cli devices` prints). Fills up to `max` entries of `devices` (may be NULL to count
+ *  only); *count gets the total, 0 with NG_SUCCESS when there is no OpenCL platform at all.
+ *  The ids are not retained (root devices need no release). Errors: NG_ERR_NULL_HANDLE (count),
+ *  NG_ERR_HOST_OUT_OF_MEMORY. */
 NG_API ng_status ng_list_devices(cl_device_id *devices, cl_uint max, cl_uint *count);
 /** NULL or "" = the default (first GPU, else first device); all digits = an index into
  *  ng_list_devices; anything else = the first device whose name contains it (case-insensitive).
- *  NG_ERR_NO_DEVICE when nothing matches. */
+ *  Errors: NG_ERR_NO_DEVICE when nothing matches (or there is no device), NG_ERR_NULL_HANDLE
+ *  (out), NG_ERR_HOST_OUT_OF_MEMORY; *out is NULL on failure. */
 NG_API ng_status ng_select_device(const char *selector, cl_device_id *out);
+/** Release the context's programs and its references to the cl_context and device. Kernels
+ *  already enqueued finish normally. No other thread may be using ctx. */
 NG_API void ng_context_release(ng_context *ctx);
+/** The wrapped cl_context / device, not retained (valid while ctx lives); NULL for a NULL ctx. */
 NG_API cl_context ng_context_cl_context(const ng_context *ctx);
 NG_API cl_device_id ng_context_device(const ng_context *ctx);
 
 /** Launch-parameter overrides (CLBlastOverrideParameters in spirit). NG_TUNE_AUTO restores the
  *  choice made from the device's properties. Set them before the context is used by other
- *  threads. */
+ *  threads (not thread-safe). Errors: NG_ERR_NULL_HANDLE, NG_ERR_INVALID_VALUE (a value the
+ *  parameter does not take: work-group not a power of two or beyond the device, vector not 1 or
+ *  8, register slots not 1, 2 or 4; an unknown parameter). NG_TUNE_GROUPS takes any value. */
 #define NG_TUNE_AUTO 0u
 typedef enum ng_tune {
   NG_TUNE_WORKGROUP = 1,   /* work-items per work-group for the row kernels (power of 2) */
   NG_TUNE_GROUPS = 2,      /* persistent work-groups per launch */
   NG_TUNE_VECTOR = 3,      /* elements per vector access: 1, or 8 where alignment allows */
-  NG_TUNE_REG_COLS = 4     /* column slots per work-item kept in registers (1, 2, 4) */
+  NG_TUNE_REG_COLS = 4,    /* column slots per work-item kept in registers (1, 2, 4) */
+  NG_TUNE_PREFETCH = 5,    /* 1 = off, 2 = each group prefetches its next row into the L2
+                              cache while it reduces the current one (NVIDIA only) */
+  NG_TUNE_TABLE = 6        /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
 } ng_tune;
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
+
+/** Record tuned launch parameters in the context's cache folder (`tuning.txt`, docs/tuning.md),
+ *  replacing an older entry for the same device (platform, device, driver), kernel kind and
+ *  row-length bucket (floor(log2 n)). Contexts created afterwards on this device use them where
+ *  no override is set. `kind`: "rmsnorm.fwd", "rmsnorm.bwd", "rmsnorm.bwd_frozen", the same with
+ *  "fused-add-rmsnorm." and "layernorm.", or "polynorm". `values[NG_TUNE_*]` (7 entries, index 0
+ *  unused; 0 = not tuned). `comment` (optional) is kept on the line. The file is replaced
+ *  atomically (temporary file + rename). `normgrad-cli tune` is the usual caller.
+ *  Errors: NG_ERR_NULL_HANDLE (ctx or values NULL), NG_ERR_INVALID_VALUE (unknown kind, n = 0,
+ *  values the device cannot take, no cache folder), NG_ERR_IO (the folder or file cannot be
+ *  written), NG_ERR_HOST_OUT_OF_MEMORY. Thread-safe; does not change this context's launches. */
+NG_API ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n,
+                                 const unsigned *values, const char *comment);
 
 typedef struct ng_context_stats {
   uint64_t programs_built; /* programs compiled from source by this context */
@@ -171,6 +215,7 @@ typedef struct ng_context_stats {
   uint64_t disk_errors;    /* cache folder I/O failures (not creatable, read-only, full): the
                               program was built from source and used, just not stored */
 } ng_context_stats;
+/** A consistent snapshot of the counters (thread-safe). NG_ERR_NULL_HANDLE for a NULL ctx/out. */
 NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -193,15 +238,17 @@ NG_API ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *o
 #define NG_CACHE_DEFAULT_MAX_BYTES (512ull << 20)
 
 /** Use `dir` (copied) as this context's cache folder, or NULL to turn its disk cache off.
- *  Affects programs not yet in the context's memory cache. Thread-safe.
- *  NG_ERR_INVALID_VALUE for "". */
+ *  Affects programs not yet in the context's memory cache. Thread-safe. Errors:
+ *  NG_ERR_NULL_HANDLE (ctx), NG_ERR_INVALID_VALUE for "", NG_ERR_HOST_OUT_OF_MEMORY. */
 NG_API ng_status ng_context_set_cache_dir(ng_context *ctx, const char *dir);
 /** The context's cache folder into buf ("" when off); NG_ERR_INVALID_VALUE when `len` bytes
- *  cannot hold it. */
+ *  cannot hold it, NG_ERR_NULL_HANDLE for a NULL ctx or buf. Thread-safe. */
 NG_API ng_status ng_context_get_cache_dir(const ng_context *ctx, char *buf, size_t len);
-/** Size bound applied after this context's stores (0 = none). Thread-safe. */
+/** Size bound applied after this context's stores (0 = none). Thread-safe.
+ *  NG_ERR_NULL_HANDLE for a NULL ctx. */
 NG_API ng_status ng_context_set_cache_max_bytes(ng_context *ctx, uint64_t max_bytes);
-/** The folder a context created now would use, from the environment ("" when off). */
+/** The folder a context created now would use, from the environment ("" when off).
+ *  NG_ERR_NULL_HANDLE (buf), NG_ERR_INVALID_VALUE when `len` bytes cannot hold it. */
 NG_API ng_status ng_cache_default_dir(char *buf, size_t len);
 
 /** One entry of a cache folder, as ng_cache_list shows it. Strings are "" when unreadable. */
@@ -222,19 +269,23 @@ typedef struct ng_cache_entry {
 typedef int (*ng_cache_visit_fn)(const ng_cache_entry *entry, void *user);
 /** Call `visit` for every entry in `dir` (NULL = ng_cache_default_dir), most recently used
  *  first. A folder that does not exist has no entries; NG_ERR_IO when it cannot be read,
- *  NG_ERR_INVALID_VALUE when dir is NULL and the cache is off. */
+ *  NG_ERR_INVALID_VALUE when dir is NULL and the cache is off, NG_ERR_NULL_HANDLE for a NULL
+ *  visit, NG_ERR_HOST_OUT_OF_MEMORY. */
 NG_API ng_status ng_cache_list(const char *dir, ng_cache_visit_fn visit, void *user);
 /** Remove every entry and leftover temporary file from `dir` (NULL = default); other files and
- *  the folder stay. *removed (may be NULL) gets the number of files removed. NG_ERR_IO when a
- *  file could not be removed (the others still are). */
+ *  the folder stay. *removed (may be NULL) gets the number of files removed. NG_ERR_IO when the
+ *  folder cannot be read or a file could not be removed (the others still are),
+ *  NG_ERR_INVALID_VALUE when dir is NULL and the cache is off, NG_ERR_HOST_OUT_OF_MEMORY. */
 NG_API ng_status ng_cache_clear(const char *dir, uint64_t *removed);
 
 /** Get (build, or load from the disk cache) every program that `op` can use on the context's
  *  device under its current ng_context_override settings — every activation dtype, weight dtype
  *  or no weight, frozen combination and vector width, and their gradient reductions — so later
- *  calls compile nothing. `op` is a name as normgrad-cli spells it ("rmsnorm"), or NULL for
- *  every op. *programs (may be NULL) gets the number of distinct programs. NG_ERR_INVALID_VALUE
- *  for an unknown op; a build failure is returned as the op itself would return it. */
+ *  calls compile nothing. `op` is one of the names ng_prebuild_op_name lists ("rmsnorm",
+ *  "fused-add-rmsnorm", "groupnorm", "polynorm"; LayerNorm and FLCE have no list of variants
+ *  yet), or NULL for all of those. *programs (may be NULL) gets the number of distinct programs.
+ *  Thread-safe. Errors: NG_ERR_NULL_HANDLE (ctx), NG_ERR_INVALID_VALUE for any other op name,
+ *  a build failure as the op itself would return it, NG_ERR_HOST_OUT_OF_MEMORY. */
 NG_API ng_status ng_prebuild(ng_context *ctx, const char *op, unsigned *programs);
 /** The i-th op name ng_prebuild accepts (i = 0, 1, …), NULL past the last. */
 NG_API const char *ng_prebuild_op_name(unsigned i);
@@ -244,9 +295,15 @@ NG_API const char *ng_prebuild_op_name(unsigned i);
  * Between begin and end, every kernel (and GEMM) this thread enqueues through normgrad is
  * recorded; end waits for them and returns the sum of their END−START times (a CLBlast GEMM,
  * which runs several kernels, counts from just before its first to the end of its last). At most
- * 2^20 are recorded (NG_ERR_INVALID_VALUE past that).
+ * 2^20 are recorded (NG_ERR_INVALID_VALUE past that). Per thread: another thread's calls are
+ * neither recorded nor disturbed.
  * ------------------------------------------------------------------------------------------- */
+/** Start recording (a begin without end discards what was recorded). Always NG_SUCCESS. */
 NG_API ng_status ng_profile_begin(void);
+/** Wait for the recorded kernels; *kernel_ns and *kernels (each may be NULL) get their time and
+ *  count. Errors: NG_ERR_INVALID_VALUE (no ng_profile_begin, or more than 2^20 kernels),
+ *  CL_PROFILING_INFO_NOT_AVAILABLE (a queue without CL_QUEUE_PROFILING_ENABLE), the OpenCL code
+ *  of a failed wait (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when a kernel failed). */
 NG_API ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels);
 
 /* ---------------------------------------------------------------------------------------------
@@ -266,27 +323,57 @@ typedef enum ng_casting_mode {
  * when its mem is NULL the op allocates its scratch itself and releases it once enqueued (OpenCL
  * keeps it alive until the kernels finish). To keep allocations off the hot path, query the size
  * with the op's *_scratch_size function and pass a buffer of at least that many bytes, which must
- * not be used by anything else until the op's event completes. Frozen parameters need none. */
+ * not be used by anything else until the op's event completes. Frozen parameters need none (a
+ * scratch given to a call that needs none is ignored). The size depends on the context's device
+ * and ng_context_override settings, not on the buffers.
+ *
+ * Errors every norm op (forward and backward) can return, before anything is enqueued:
+ *  - NG_ERR_NULL_HANDLE: ctx, queue or params NULL;
+ *  - the queue: NG_ERR_UNSUPPORTED_QUEUE (out-of-order, or another device), CL_INVALID_CONTEXT
+ *    (another OpenCL context), CL_INVALID_COMMAND_QUEUE (not a queue);
+ *  - CL_INVALID_EVENT_WAIT_LIST: a NULL list with a non-zero count (or the reverse), a NULL entry;
+ *  - the shape: NG_ERR_INVALID_SHAPE (a zero size), NG_ERR_INDEX_OVERFLOW (a size above 2^31, or
+ *    a product beyond size_t);
+ *  - NG_ERR_INVALID_VALUE: a scalar out of range (eps negative or not finite, …), unknown flags,
+ *    a gradient asked for a parameter the op does not have;
+ *  - each tensor: NG_ERR_NULL_BUFFER (a required one absent), NG_ERR_UNSUPPORTED_DTYPE,
+ *    NG_ERR_DTYPE_MISMATCH (with the tensor whose dtype it must share), CL_INVALID_CONTEXT (a
+ *    buffer of another context), CL_INVALID_MEM_OBJECT (not a buffer), NG_ERR_OFFSET_OUT_OF_RANGE,
+ *    NG_ERR_BUFFER_TOO_SMALL (offset + elements beyond CL_MEM_SIZE), NG_ERR_INDEX_OVERFLOW (an
+ *    offset whose byte offset overflows);
+ *  - getting the programs: NG_ERR_BUILD_FAILED (the build log excerpt in the detail), the OpenCL
+ *    code of clCreateProgramWithSource, NG_ERR_HOST_OUT_OF_MEMORY, NG_ERR_INTERNAL;
+ *  - a scratch (when one is needed): NG_ERR_UNSUPPORTED_DTYPE (not f32) and the tensor errors for
+ *    the caller's, CL_INVALID_BUFFER_SIZE (larger than the device's largest allocation) or
+ *    clCreateBuffer's code for an allocated one;
+ * and, while enqueueing, the code of clCreateKernel, clSetKernelArg or clEnqueueNDRangeKernel
+ * (CL_OUT_OF_RESOURCES, CL_OUT_OF_HOST_MEMORY, …). */
 
 /* ---------------------------------------------------------------------------------------------
  * RMSNorm. x[rows, n] → y[rows, n], rstd[rows] (f32). weight[n] optional; w' = offset + w.
  * ------------------------------------------------------------------------------------------- */
 typedef struct ng_rmsnorm_params {
-  size_t rows; /* 1 … 2^31, and so is n; rows·n may exceed 2^32 (NG_ERR_INDEX_OVERFLOW past) */
+  size_t rows; /* 1 … 2^31, and so is n (NG_ERR_INDEX_OVERFLOW above); rows·n may exceed 2^32 */
   size_t n;
-  float eps;
-  float offset;
+  float eps;    /* finite, ≥ 0 */
+  float offset; /* finite (checked even without a weight, where it is ignored) */
   ng_casting_mode casting_mode;
 } ng_rmsnorm_params;
 
-/** y and x share x's dtype; weight (any of f32/f16/bf16, or mem NULL = no weight); rstd f32. */
+/** y and x share x's dtype (f32/f16/bf16); weight (any of f32/f16/bf16, or mem NULL = no
+ *  weight); rstd[rows] f32. Errors: those every norm op can return (above); NG_ERR_INVALID_VALUE
+ *  for eps, offset or an unknown casting mode; NG_ERR_DTYPE_MISMATCH when y's dtype is not x's;
+ *  NG_ERR_UNSUPPORTED_DTYPE for rstd not f32. */
 NG_API ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
                                     const ng_rmsnorm_params *p, ng_tensor x, ng_tensor weight,
                                     ng_tensor y, ng_tensor rstd, cl_uint num_events_in_wait_list,
                                     const cl_event *event_wait_list, cl_event *event);
 
 /** dx (x's dtype) from dy, x, weight, rstd. dweight (weight's dtype) mem NULL = frozen weight:
- *  built with -DCOMPUTE_DW=0, no scratch. flags: NG_ACCUMULATE_GRAD. */
+ *  built with -DCOMPUTE_DW=0, no scratch. flags: NG_ACCUMULATE_GRAD. Errors: as the forward,
+ *  plus NG_ERR_INVALID_VALUE for unknown flags or a dweight without a weight,
+ *  NG_ERR_DTYPE_MISMATCH for dy or dx not in x's dtype or dweight not in the weight's, and the
+ *  scratch errors. */
 NG_API ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
                                      const ng_rmsnorm_params *p, ng_tensor dy, ng_tensor x,
                                      ng_tensor weight, ng_tensor rstd, ng_tensor dx,
@@ -294,7 +381,9 @@ NG_API ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
                                      cl_uint num_events_in_wait_list,
                                      const cl_event *event_wait_list, cl_event *event);
 
-/** Bytes of f32 scratch that ng_rmsnorm_backward needs (0 when compute_dweight is 0). */
+/** Bytes of f32 scratch that ng_rmsnorm_backward needs (0 when compute_dweight is 0). Only rows
+ *  and n of `p` are read. Errors: NG_ERR_NULL_HANDLE (ctx, p or bytes), NG_ERR_INVALID_SHAPE,
+ *  NG_ERR_INDEX_OVERFLOW. */
 NG_API ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
                                                   int compute_dweight, size_t *bytes);
 
@@ -311,7 +400,8 @@ typedef struct ng_fused_add_rmsnorm_params {
 
 /** x, residual, y and s share x's dtype (f32/f16/bf16); weight any float dtype, or mem NULL =
  *  no weight; rstd[rows] f32. s may be the residual buffer itself (same offset: updated in
- *  place). Errors as ng_rmsnorm_forward, plus NG_ERR_NULL_BUFFER for a missing residual or s. */
+ *  place). Errors as ng_rmsnorm_forward, plus NG_ERR_NULL_BUFFER for a missing residual or s and
+ *  NG_ERR_DTYPE_MISMATCH when either is not in x's dtype. */
 NG_API ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue queue,
                                               const ng_fused_add_rmsnorm_params *p, ng_tensor x,
                                               ng_tensor residual, ng_tensor weight, ng_tensor y,
@@ -324,7 +414,8 @@ NG_API ng_status ng_fused_add_rmsnorm_forward(ng_context *ctx, cl_command_queue 
  *  (not read; no zero buffer needed). dx may be the ds_out buffer itself (same offset). dy, s,
  *  dx share a dtype. dweight (weight's dtype) mem NULL = frozen weight: built with
  *  -DCOMPUTE_DW=0, no scratch, no reduction; dx is bit-identical either way. flags:
- *  NG_ACCUMULATE_GRAD adds dweight to the buffer's contents. */
+ *  NG_ACCUMULATE_GRAD adds dweight to the buffer's contents. Errors as ng_rmsnorm_backward (s in
+ *  the place of x), plus NG_ERR_DTYPE_MISMATCH for a ds_out not in s's dtype. */
 NG_API ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
                                                const ng_fused_add_rmsnorm_params *p,
                                                ng_tensor dy, ng_tensor ds_out, ng_tensor s,
@@ -335,7 +426,7 @@ NG_API ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue
                                                const cl_event *event_wait_list, cl_event *event);
 
 /** Bytes of f32 scratch that ng_fused_add_rmsnorm_backward needs (0 when compute_dweight is
- *  0). */
+ *  0). Errors as ng_rmsnorm_backward_scratch_size. */
 NG_API ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
                                                             const ng_fused_add_rmsnorm_params *p,
                                                             int compute_dweight, size_t *bytes);
@@ -352,7 +443,9 @@ typedef struct ng_layernorm_params {
 
 /** x[rows, n] → y (x's dtype), mean[rows] and rstd[rows] (f32). weight[n] and bias[n] each
  *  mem NULL = absent; when both are given they share a dtype (any of f32/f16/bf16, independent
- *  of x's). NG_ERR_DTYPE_MISMATCH when y differs from x or bias from weight. */
+ *  of x's). Errors: those every norm op can return; NG_ERR_INVALID_VALUE for eps;
+ *  NG_ERR_DTYPE_MISMATCH when y differs from x or bias from weight; NG_ERR_UNSUPPORTED_DTYPE for
+ *  mean or rstd not f32. */
 NG_API ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                                       const ng_layernorm_params *p, ng_tensor x,
                                       ng_tensor weight, ng_tensor bias, ng_tensor y,
@@ -360,12 +453,15 @@ NG_API ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                                       cl_uint num_events_in_wait_list,
                                       const cl_event *event_wait_list, cl_event *event);
 
-/** dx (x's dtype) from dy, x, weight, mean, rstd. `bias` is not read: it says whether the layer
- *  has a bias (and its dtype). dweight mem NULL = frozen weight (-DCOMPUTE_DW=0), dbias mem NULL
+/** dx (x's dtype) from dy, x, weight, mean, rstd. `bias`'s values are not read: it says whether
+ *  the layer has a bias (and its dtype), and is checked like the forward's (n elements, the
+ *  weight's dtype). dweight mem NULL = frozen weight (-DCOMPUTE_DW=0), dbias mem NULL
  *  = frozen bias (-DCOMPUTE_DB=0), independently; each gradient has its parameter's dtype; with
  *  both frozen there is no scratch and no reduction pass. dx is bit-identical whatever is frozen.
- *  NG_ERR_INVALID_VALUE for a dweight without weight or a dbias without bias. flags:
- *  NG_ACCUMULATE_GRAD adds to dweight/dbias instead of overwriting them. */
+ *  NG_ERR_INVALID_VALUE for a dweight without weight, a dbias without bias or unknown flags;
+ *  NG_ERR_DTYPE_MISMATCH for dy/dx not in x's dtype or a gradient not in its parameter's; the
+ *  forward's errors and the scratch errors. flags: NG_ACCUMULATE_GRAD adds to dweight/dbias
+ *  instead of overwriting them. */
 NG_API ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                                        const ng_layernorm_params *p, ng_tensor dy, ng_tensor x,
                                        ng_tensor weight, ng_tensor bias, ng_tensor mean,
@@ -374,7 +470,8 @@ NG_API ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                                        cl_uint num_events_in_wait_list,
                                        const cl_event *event_wait_list, cl_event *event);
 
-/** Bytes of f32 scratch that ng_layernorm_backward needs (0 when both flags are 0). */
+/** Bytes of f32 scratch that ng_layernorm_backward needs (0 when both flags are 0). Errors as
+ *  ng_rmsnorm_backward_scratch_size. */
 NG_API ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
                                                     int compute_dweight, int compute_dbias,
                                                     size_t *bytes);
@@ -393,10 +490,13 @@ typedef struct ng_groupnorm_params {
   size_t groups;   /* G, 1 ≤ G ≤ C */
   float eps;       /* finite, ≥ 0 */
 } ng_groupnorm_params;
-/* Errors of every GroupNorm call, before anything is enqueued: NG_ERR_GROUPS_NOT_DIVISIBLE
+/* Errors of every GroupNorm call, the *_scratch_size queries included, before anything is
+ * enqueued: NG_ERR_NULL_HANDLE (ctx, params; bytes for the queries), NG_ERR_GROUPS_NOT_DIVISIBLE
  * (C % G != 0, including G > C), NG_ERR_INVALID_SHAPE (a zero size), NG_ERR_INDEX_OVERFLOW
- * ((C/G)·S, B·G, C or S above 2^31, or B·C·S overflowing), NG_ERR_INVALID_VALUE (eps, flags,
- * dweight without weight), and the buffer, offset and dtype errors of the table. */
+ * ((C/G)·S, B·G, C or S above 2^31, or B·C·S overflowing), NG_ERR_INVALID_VALUE (eps). The
+ * forward and backward add the errors every norm op can return: the queue, the wait list,
+ * flags, dweight without weight, mean/rstd not f32, y/dy/dx not in x's dtype, bias or a
+ * gradient not in the weight's dtype, the buffers and the scratch. */
 
 /** y (x's dtype) and mean, rstd ([B, G], f32) from x. `scratch`: see the note above the RMSNorm
  *  section; the forward needs one only when few, large groups are split over several work-groups
@@ -438,14 +538,15 @@ NG_API ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx,
  * weight[3] is required, bias[1] optional (mem NULL: b = 0); both share one dtype (f32, f16 or
  * bf16), independent of x's. Saved rstd[rows, 3] = (rstd3, rstd2, rstd1), f32. */
 typedef struct ng_polynorm_params {
-  size_t rows; /* ≥ 1, rows·3 below 2^32 */
-  size_t n;    /* ≥ 1, below 2^32 */
+  size_t rows; /* ≥ 1, rows·3 below 2^32 (NG_ERR_INDEX_OVERFLOW) */
+  size_t n;    /* 1 … 2^31 */
   float eps;   /* finite, ≥ 0 */
 } ng_polynorm_params;
 
 /** y (x's dtype) and rstd ([rows, 3], f32) from x, weight[3] and the optional bias[1]. Errors:
- *  NG_ERR_INVALID_SHAPE, NG_ERR_INDEX_OVERFLOW, NG_ERR_INVALID_VALUE (eps), NG_ERR_NULL_BUFFER
- *  (no weight), and the buffer, offset and dtype errors of the table. */
+ *  those every norm op can return, NG_ERR_INVALID_VALUE (eps), NG_ERR_NULL_BUFFER (no weight),
+ *  NG_ERR_DTYPE_MISMATCH (y not in x's dtype, bias not in the weight's),
+ *  NG_ERR_UNSUPPORTED_DTYPE (rstd not f32). */
 NG_API ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue,
                                      const ng_polynorm_params *p, ng_tensor x, ng_tensor weight,
                                      ng_tensor bias, ng_tensor y, ng_tensor rstd,
@@ -454,7 +555,9 @@ NG_API ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue,
 
 /** dx (x's dtype) from dy, x, weight and the forward's rstd. dweight[3] and dbias[1] (the
  *  weight's dtype) are each optional: mem NULL = frozen (-DCOMPUTE_DW=0 / -DCOMPUTE_DB=0, no
- *  scratch for it). dw_p = Σ_rows rstd_p·Σ dy·x^p, db = Σ dy. flags: NG_ACCUMULATE_GRAD. */
+ *  scratch for it). dw_p = Σ_rows rstd_p·Σ dy·x^p, db = Σ dy. flags: NG_ACCUMULATE_GRAD.
+ *  Errors: the forward's, plus unknown flags (NG_ERR_INVALID_VALUE), dy/dx not in x's dtype or
+ *  a gradient not in the weight's (NG_ERR_DTYPE_MISMATCH), and the scratch errors. */
 NG_API ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue,
                                       const ng_polynorm_params *p, ng_tensor dy, ng_tensor x,
                                       ng_tensor weight, ng_tensor rstd, ng_tensor dx,
@@ -462,7 +565,8 @@ NG_API ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue,
                                       ng_tensor scratch, cl_uint num_events_in_wait_list,
                                       const cl_event *event_wait_list, cl_event *event);
 
-/** Bytes of f32 scratch that ng_polynorm_backward needs (0 with both parameters frozen). */
+/** Bytes of f32 scratch that ng_polynorm_backward needs (0 with both parameters frozen). Errors
+ *  as ng_rmsnorm_backward_scratch_size. */
 NG_API ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
                                                    int compute_dweight, int compute_dbias,
                                                    size_t *bytes);
@@ -521,7 +625,9 @@ NG_API ng_flce_params ng_flce_params_default(size_t bt, size_t h, size_t v);
  *   dweight    [v, h]   f32, optional (absent: frozen weight)
  *   dbias      [v]      f32, optional (absent: frozen or no bias; needs bias)
  *   scratch             f32 at offset 0, optional: at least ng_flce_info.peak_bytes bytes, used
- *                       instead of allocating (not to be touched until the op's event completes)
+ *                       instead of allocating (not to be touched until the op's event
+ *                       completes); a whole buffer, not a sub-buffer (the op makes CLBlast's
+ *                       temporary a sub-buffer of it)
  * The argmax of `accuracy` is the first largest logit after bias and softcap. */
 typedef struct ng_flce_tensors {
   ng_tensor input, weight, target, bias, ce_weight, grad_output;
@@ -550,25 +656,40 @@ typedef struct ng_flce_info {
  *  mean), so nothing of size [v, h] is rescaled afterwards. With every row ignored the loss is 0
  *  and all gradients are 0 (torch gives NaN). flags: NG_ACCUMULATE_GRAD adds dweight and dbias
  *  into the caller's buffers (dinput is always overwritten). `info` (may be NULL) tells what was
- *  allocated. Errors: NG_ERR_* for bad arguments, NG_ERR_INDEX_OVERFLOW when an operand exceeds
- *  CLBlast's 32-bit indexing (offset + elements of weight, input or dinput ≥ 2^31),
- *  NG_ERR_GEMM_FAILED (CLBlast status in the detail), OpenCL codes. */
+ *  allocated (filled on success only). Errors, all before anything is written:
+ *  NG_ERR_NULL_HANDLE (ctx, queue, p, t); the queue and wait-list errors of the norm ops;
+ *  NG_ERR_INVALID_SHAPE (bt, h or v 0); NG_ERR_INDEX_OVERFLOW (a size above 2^31, an operand
+ *  beyond CLBlast's 32-bit indexing: offset + elements of weight, dweight, or of an f32 input or
+ *  dinput ≥ 2^31; chunk_rows·(v + h) ≥ 2^31); NG_ERR_INVALID_VALUE (unknown flags or reduction,
+ *  label_smoothing outside [0, 1], a negative or non-finite softcap or lse_square_scale, a
+ *  non-finite grad_output, dbias without bias, a scratch that is not f32 at offset 0, a
+ *  scratch_budget too small for one row, chunk_rows needing more than the device's largest
+ *  allocation); NG_ERR_NULL_BUFFER (input, weight, target, loss absent; grad_output absent for
+ *  reduction none); NG_ERR_UNSUPPORTED_DTYPE (a tensor outside the dtypes listed above);
+ *  NG_ERR_DTYPE_MISMATCH (dinput not in input's dtype); the buffer errors of the norm ops for
+ *  each tensor (the scratch included); NG_ERR_TARGET_OUT_OF_RANGE; the OpenCL code of the target
+ *  read; the program errors of the norm ops; NG_ERR_GEMM_FAILED or an OpenCL code from CLBlast's
+ *  planning queries (detail: the CLBlast status); the code of clCreateBuffer / clCreateSubBuffer
+ *  for the op's scratch; NG_ERR_HOST_OUT_OF_MEMORY. While enqueueing: the kernel-launch codes of
+ *  the norm ops and NG_ERR_GEMM_FAILED or an OpenCL code from a CLBlast GEMM. */
 NG_API ng_status ng_flce(ng_context *ctx, cl_command_queue queue, const ng_flce_params *p,
                          const ng_flce_tensors *t, unsigned flags, ng_flce_info *info,
                          cl_uint num_events_in_wait_list, const cl_event *event_wait_list,
                          cl_event *event);
 
 /** What ng_flce would do with these params: chunking, GEMM calls, bytes allocated (fills *info;
- *  enqueues nothing). Only the presence (mem non-NULL), dtype and offset of each tensor matter
- *  here: the buffers themselves are not inspected. Needs the queue (CLBlast's temporary sizes
- *  depend on the device). */
+ *  enqueues nothing, does not block). Only the presence (mem non-NULL), dtype and offset of each
+ *  tensor matter here: the buffers themselves are not inspected. Needs the queue (CLBlast's
+ *  temporary sizes depend on the device). Errors: NG_ERR_NULL_HANDLE (info too), and those of
+ *  ng_flce that need neither the buffers, the wait list, the targets nor a program. */
 NG_API ng_status ng_flce_plan(ng_context *ctx, cl_command_queue queue, const ng_flce_params *p,
                               const ng_flce_tensors *t, unsigned flags, ng_flce_info *info);
 
 /** Benchmarking aid: enqueue exactly the CLBlast calls ng_flce would make (same plan, same
  *  scratch size, same buffers), and nothing else, so the op's time can be set against its GEMMs'.
  *  The outputs it touches (dinput, dweight) hold meaningless values afterwards. Does not read the
- *  targets and does not block. */
+ *  targets and does not block. Errors: those of ng_flce but NG_ERR_TARGET_OUT_OF_RANGE and the
+ *  target read, plus the code of clEnqueueMarkerWithWaitList (which takes the wait list). */
 NG_API ng_status ng_flce_gemms_only(ng_context *ctx, cl_command_queue queue,
                                     const ng_flce_params *p, const ng_flce_tensors *t,
                                     unsigned flags, ng_flce_info *info,

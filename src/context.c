@@ -3,6 +3,7 @@
 #include "ng_internal.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,11 @@ static ng_status query_info(cl_device_id dev, ng_device_info *info) {
   char ext[8192] = "";
   clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
   info->nv_shfl = strstr(info->vendor, "NVIDIA") && strstr(ext, "cl_nv_device_attribute_query");
+  if (info->nv_shfl) {
+    cl_uint major = 0; /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */
+    if (clGetDeviceInfo(dev, 0x4000, sizeof major, &major, NULL) == CL_SUCCESS)
+      info->nv_bf16 = major >= 8;
+  }
   if (info->compute_units == 0) info->compute_units = 1;
   if (info->max_wg == 0) info->max_wg = 1;
   return NG_SUCCESS;
@@ -45,6 +51,19 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
   *out = NULL;
   if (!cl_ctx) return ng_fail(NG_ERR_NULL_HANDLE, "cl_context is NULL");
   if (!device) return ng_fail(NG_ERR_NULL_HANDLE, "device is NULL");
+  /* Programs are built for `device` in `cl_ctx`: a device outside the context would only fail
+   * later, on every op, as a queue "of another device". */
+  cl_uint nd = 0;
+  cl_int ce = clGetContextInfo(cl_ctx, CL_CONTEXT_NUM_DEVICES, sizeof nd, &nd, NULL);
+  if (ce != CL_SUCCESS) return ng_fail(ce, "cl_context: not a valid OpenCL context");
+  cl_device_id *cds = calloc(nd ? nd : 1, sizeof *cds);
+  if (!cds) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "context device list");
+  ce = clGetContextInfo(cl_ctx, CL_CONTEXT_DEVICES, nd * sizeof *cds, cds, NULL);
+  bool member = false;
+  for (cl_uint i = 0; ce == CL_SUCCESS && i < nd; i++) member = member || cds[i] == device;
+  free(cds);
+  if (ce != CL_SUCCESS) return ng_fail(ce, "cl_context: its device list cannot be read");
+  if (!member) return ng_fail(CL_INVALID_DEVICE, "device is not one of the cl_context's devices");
   ng_context *c = calloc(1, sizeof *c);
   if (!c) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "context allocation");
   ng_status s = query_info(device, &c->info);
@@ -66,6 +85,14 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
   c->cl_ctx = cl_ctx;
   c->device = device;
   ng_disk_cache_init(c);
+  ng_tuning_load(c);
+  s = ng_tune_from_env(c);
+  if (s != NG_SUCCESS) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ng_last_error_detail());
+    ng_context_release(c);
+    return ng_fail(s, "%s", why);
+  }
   *out = c;
   return NG_SUCCESS;
 }
@@ -169,6 +196,7 @@ void ng_context_release(ng_context *ctx) {
   if (!ctx) return;
   ng_program_cache_clear(ctx);
   ng_disk_cache_free(ctx);
+  free(ctx->tuned);
   pthread_mutex_destroy(&ctx->lock);
   clReleaseDevice(ctx->device);
   clReleaseContext(ctx->cl_ctx);
@@ -196,6 +224,13 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
   case NG_TUNE_REG_COLS:
     if (value != NG_TUNE_AUTO && value != 1 && value != 2 && value != 4)
       return ng_fail(NG_ERR_INVALID_VALUE, "register column slots %u must be 1, 2 or 4", value);
+    break;
+  case NG_TUNE_TABLE:
+    if (value > 2) return ng_fail(NG_ERR_INVALID_VALUE, "table %u must be 1 (ignore) or 2 (use)", value);
+    break;
+  case NG_TUNE_PREFETCH:
+    if (value != NG_TUNE_AUTO && value != 1 && value != 2)
+      return ng_fail(NG_ERR_INVALID_VALUE, "prefetch %u must be 1 (off) or 2 (on)", value);
     break;
   default:
     return ng_fail(NG_ERR_INVALID_VALUE, "unknown tuning parameter %d", (int)what);
@@ -226,46 +261,92 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
  * accelerators; CPU-shaped (one work-item per row, no barriers) on CPUs, where PoCL turns
  * work-groups into loops and barriers into spills (PERF-NOTES).
  *
- * GPU choices, measured on the H100 (bf16, rows·n = 2^25):
- *  - the work-group is sized to the row so that each work-item holds two vectors of it in
- *    registers (REG = 2; 32…1024 work-items, so rows up to 2048 vectors); longer rows stream
- *    through twice;
- *  - the persistent grid fills the device assuming 2048 resident work-items per compute unit,
- *    half that when dW sums live in registers (register pressure), one group per unit when dW
- *    goes through the partial rows (each group owns a row of n floats of scratch);
- *  - rows that fit in registers keep their dW sums there too. */
+ * GPU choices, measured on the H100 (bf16, rows·n = 2^25; docs/perf.md has the sweep):
+ *  - forward: the work-group is sized so that each work-item holds two vectors of the row
+ *    (REG = 2, 32…1024 work-items); rows of up to 512 vectors get one group each (the hardware
+ *    schedules them better than a persistent loop could), longer rows a persistent grid of 2048
+ *    work-items per compute unit that prefetches each group's next row;
+ *  - frozen backward: the work-group shape of the backward with dW (so dx is the same bits
+ *    either way), the forward's grid;
+ *  - backward with dW: the dW sums stay in registers for the whole grid, so every group must be
+ *    resident and each work-item should hold as few of them as possible: one vector per
+ *    work-item (REG = 1, the group as wide as the row) up to 512 vectors and about 1024
+ *    work-items per compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
+ *    group per unit; past 2048 vectors the row streams and dW goes through scratch rows. */
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
-                                   bool backward) {
+                                   int mode) {
+  return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, mode);
+}
+
+/* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
+ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
+                                     size_t n, bool vec_ok, int mode) {
+  const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
+  unsigned tune[NG_TUNE_SLOTS] = {0};
+  ng_tuned_lookup(ctx, kind, n, tune);
+  if (mode == NG_ROWS_BWD_FROZEN && kind) {
+    /* dx must be the same bits frozen or not: the work-group shape (which fixes the reduction
+     * order) is the backward-with-dW kind's; only the grid and prefetch are the frozen kind's */
+    char dw_kind[64];
+    const size_t len = strlen(kind), suffix = sizeof "_frozen" - 1;
+    unsigned shape[NG_TUNE_SLOTS] = {0};
+    if (len > suffix && len - suffix < sizeof dw_kind) {
+      memcpy(dw_kind, kind, len - suffix);
+      dw_kind[len - suffix] = '\0';
+      ng_tuned_lookup(ctx, dw_kind, n, shape);
+    }
+    tune[NG_TUNE_WORKGROUP] = shape[NG_TUNE_WORKGROUP];
+    tune[NG_TUNE_REG_COLS] = shape[NG_TUNE_REG_COLS];
+    tune[NG_TUNE_VECTOR] = shape[NG_TUNE_VECTOR];
+  }
+  for (int i = 0; i < NG_TUNE_SLOTS; i++)
+    if (ctx->tune[i]) tune[i] = ctx->tune[i];
   const bool cpu = (d->type & CL_DEVICE_TYPE_CPU) != 0;
   ng_row_launch l;
+  memset(&l, 0, sizeof l);
   l.vec = vec_ok ? 8u : 1u;
-  if (ctx->tune[NG_TUNE_VECTOR] == 1) l.vec = 1;
+  if (tune[NG_TUNE_VECTOR] == 1) l.vec = 1;
   const size_t nv = n / l.vec;
   size_t maxwg = 1;
   while (maxwg * 2 <= d->max_wg && maxwg * 2 <= 1024) maxwg *= 2;
-  size_t wg = 1;
-  if (!cpu) {
+  size_t wg = 1, reg = 1;
+  if (!cpu && mode == NG_ROWS_FWD) {
     wg = 32;
     while (wg < maxwg && wg * 2 < nv) wg *= 2;
+    reg = 2;
+  } else if (!cpu) {
+    wg = 32;
+    while (wg < maxwg && wg < 512 && wg < nv) wg *= 2;
+    while (reg < 4 && wg * reg < nv) reg *= 2;
   }
-  if (ctx->tune[NG_TUNE_WORKGROUP]) wg = ctx->tune[NG_TUNE_WORKGROUP];
+  if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
+  if (wg > maxwg) wg = maxwg;
   l.wg = (unsigned)wg;
-  l.reg_cols = cpu ? 1u : 2u;
-  if (ctx->tune[NG_TUNE_REG_COLS]) l.reg_cols = ctx->tune[NG_TUNE_REG_COLS];
+  l.reg_cols = (unsigned)reg;
+  if (tune[NG_TUNE_REG_COLS]) l.reg_cols = tune[NG_TUNE_REG_COLS];
   l.nv_shfl = d->nv_shfl && l.wg % 32 == 0;
-  const bool dw_in_regs = nv <= (size_t)l.wg * l.reg_cols;
-  size_t per_cu;
-  if (cpu)
-    per_cu = 4;
-  else if (!backward)
-    per_cu = 2048 / wg;
-  else
-    per_cu = dw_in_regs ? (1024 / wg ? 1024 / wg : 1) : 1;
+  l.nv_bf16 = d->nv_bf16;
+  const bool in_regs = nv <= (size_t)l.wg * l.reg_cols;
+  size_t g;
+  bool prefetch = false;
+  if (cpu) {
+    g = (size_t)d->compute_units * 4;
+  } else if (!backward) {
+    prefetch = nv > 512;
+    /* rows == SIZE_MAX: the caller (GroupNorm) maps its own work units onto a persistent grid */
+    g = nv <= 512 && rows != SIZE_MAX ? rows
+                                      : (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
+  } else {
+    prefetch = true;
+    g = (size_t)d->compute_units * (in_regs && 1024 / wg > 1 ? 1024 / wg : 1);
+  }
+  if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
+  l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
   /* frozen backward has no partials: the caller passes backward=false for it */
-  size_t g = (size_t)d->compute_units * (per_cu ? per_cu : 1);
-  if (ctx->tune[NG_TUNE_GROUPS]) g = ctx->tune[NG_TUNE_GROUPS];
+  if (tune[NG_TUNE_GROUPS]) g = tune[NG_TUNE_GROUPS];
   if (g > rows) g = rows;
+  if (g > UINT32_MAX / 1024) g = UINT32_MAX / 1024; /* global size = groups·wg fits 32 bits */
   if (g == 0) g = 1;
   l.groups = (unsigned)g;
   return l;
@@ -283,5 +364,11 @@ void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool h
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
   ng_opts_add(o, "REG", l->reg_cols);
+  ng_nv_opts(o, l);
+}
+
+void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);
+  if (l->prefetch) ng_opts_add(o, "PREFETCH", 1);
 }

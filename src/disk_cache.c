@@ -40,7 +40,15 @@
 static const char MAGIC[8] = {'N', 'G', 'P', 'C', 'A', 'C', 'H', 'E'};
 #define FNV_BASIS 1469598103934665603ull
 
-int ng_disk_test_fail_stage;
+/* Per thread, so a test that sets it cannot affect another thread's contexts. */
+_Thread_local int ng_disk_test_fail_stage;
+
+/* strerror's buffer may be shared between threads (POSIX does not require it to be thread-safe);
+ * strerror_r (the XSI one: _POSIX_C_SOURCE without _GNU_SOURCE) writes into the caller's. */
+static const char *error_text(int err, char *buf, size_t len) {
+  if (strerror_r(err, buf, len) != 0) snprintf(buf, len, "error %d", err);
+  return buf;
+}
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -510,12 +518,21 @@ static unsigned char *program_binary(const ng_context *ctx, cl_program prog, siz
   unsigned char **ptrs = calloc(ndev, sizeof *ptrs);
   unsigned char *bin = NULL;
   cl_uint me = ndev;
-  if (devs && sizes && ptrs &&
+  const bool listed =
+      devs && sizes && ptrs &&
       clGetProgramInfo(prog, CL_PROGRAM_DEVICES, ndev * sizeof *devs, devs, NULL) == CL_SUCCESS &&
       clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ndev * sizeof *sizes, sizes, NULL) ==
-          CL_SUCCESS)
+          CL_SUCCESS;
+  /* The context's device, or else its nearest ancestor in the list: PoCL lists the root device
+   * for a program of a sub-device's context (the binary is the same). */
+  for (cl_device_id d = ctx->device; listed && d && me == ndev;) {
     for (cl_uint i = 0; i < ndev && me == ndev; i++)
-      if (devs[i] == ctx->device) me = i;
+      if (devs[i] == d) me = i;
+    cl_device_id parent = NULL;
+    if (clGetDeviceInfo(d, CL_DEVICE_PARENT_DEVICE, sizeof parent, &parent, NULL) != CL_SUCCESS)
+      parent = NULL;
+    d = parent;
+  }
   if (me < ndev && sizes[me] > 0 && sizes[me] <= MAX_PAYLOAD_BYTES &&
       (bin = malloc(sizes[me]))) {
     ptrs[me] = bin; /* NULL entries: the other devices' binaries are not copied */
@@ -641,7 +658,10 @@ ng_status ng_cache_list(const char *dir, ng_cache_visit_fn visit, void *user) {
   DIR *dh = opendir(d);
   if (!dh) {
     const int err = errno;
-    s = err == ENOENT ? NG_SUCCESS : ng_fail(NG_ERR_IO, "cannot read %s: %s", d, strerror(err));
+    char msg[128];
+    s = err == ENOENT
+            ? NG_SUCCESS
+            : ng_fail(NG_ERR_IO, "cannot read %s: %s", d, error_text(err, msg, sizeof msg));
     free(d);
     return s;
   }
@@ -694,7 +714,10 @@ ng_status ng_cache_clear(const char *dir, uint64_t *removed) {
   DIR *dh = opendir(d);
   if (!dh) {
     const int err = errno;
-    s = err == ENOENT ? NG_SUCCESS : ng_fail(NG_ERR_IO, "cannot read %s: %s", d, strerror(err));
+    char msg[128];
+    s = err == ENOENT
+            ? NG_SUCCESS
+            : ng_fail(NG_ERR_IO, "cannot read %s: %s", d, error_text(err, msg, sizeof msg));
     free(d);
     return s;
   }
@@ -702,9 +725,11 @@ ng_status ng_cache_clear(const char *dir, uint64_t *removed) {
   uint64_t gone = 0;
   for (struct dirent *de; (de = readdir(dh));) {
     if (!is_entry_name(de->d_name) && !is_tmp_name(de->d_name)) continue;
+    char msg[128];
     if (unlinkat(dfd, de->d_name, 0) == 0) gone++;
     else if (errno != ENOENT && s == NG_SUCCESS)
-      s = ng_fail(NG_ERR_IO, "cannot remove %s/%s: %s", d, de->d_name, strerror(errno));
+      s = ng_fail(NG_ERR_IO, "cannot remove %s/%s: %s", d, de->d_name,
+                  error_text(errno, msg, sizeof msg));
   }
   closedir(dh);
   free(d);

@@ -30,6 +30,7 @@ typedef struct ng_device_info {
   char driver[128];
   char platform[256];
   bool nv_shfl; /* NVIDIA: PTX warp shuffles are available to OpenCL C through inline asm */
+  bool nv_bf16; /* NVIDIA, compute capability >= 8.0: PTX cvt.rn.bf16x2.f32 */
 } ng_device_info;
 
 /* ---- program cache (program_cache.c) ------------------------------------------------------- */
@@ -47,11 +48,20 @@ typedef struct ng_disk_cache {
   uint64_t misses, stores, rejects, errors; /* hits are ng_context.disk_hits */
 } ng_disk_cache;
 
+#define NG_TUNE_SLOTS 7 /* ng_tune values index these */
+typedef struct ng_tuned_entry {
+  int kind;       /* index into tuning.c's kind table */
+  unsigned log2n; /* row-length bucket */
+  unsigned v[NG_TUNE_SLOTS];
+} ng_tuned_entry;
+
 struct ng_context {
   cl_context cl_ctx;
   cl_device_id device;
   ng_device_info info;
-  unsigned tune[5]; /* indexed by ng_tune; NG_TUNE_AUTO = device default */
+  unsigned tune[NG_TUNE_SLOTS]; /* indexed by ng_tune; NG_TUNE_AUTO = tuned table / default */
+  ng_tuned_entry *tuned;        /* the tuned table of this device (tuning.txt), read at creation */
+  size_t n_tuned;
   pthread_mutex_t lock;
   ng_program_entry *programs;
   uint64_t programs_built, cache_hits, disk_hits;
@@ -95,9 +105,9 @@ unsigned char *ng_disk_encode(uint32_t format, const char *key, const void *payl
                               size_t *out_len);
 #define NG_DISK_FORMAT 1u
 /* Tests only: 1 = act as if clCreateProgramWithBinary rejected every entry, 2 = as if
- * clBuildProgram did. PoCL crashes on a binary it cannot parse, so a test cannot make the
- * driver reject one for real. */
-extern int ng_disk_test_fail_stage;
+ * clBuildProgram did, for loads made by the calling thread. PoCL crashes on a binary it cannot
+ * parse, so a test cannot make the driver reject one for real. */
+extern _Thread_local int ng_disk_test_fail_stage;
 
 /* ---- variant enumeration for ng_prebuild (prebuild.c) -------------------------------------- */
 /* Called once per (program, options) an op can use on the context's device. */
@@ -187,14 +197,33 @@ typedef struct ng_row_launch {
   unsigned vec;      /* 8 or 1 */
   unsigned reg_cols; /* vector slots per work-item held in registers */
   bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
+  bool prefetch;     /* prefetch each group's next row into L2 (NVIDIA PTX) */
+  bool nv_bf16;      /* bf16 rounding by PTX cvt (NVIDIA sm_80+) */
 } ng_row_launch;
+/* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
+void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
 /* The same from dtypes alone (variant enumeration has no tensors): has_w false = no weight. */
 void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool has_w,
                     ng_dtype w_dtype);
+/* NORMGRAD_TUNE / a "name=value,…" string applied with ng_context_override (tuning.c). */
+ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *origin);
+ng_status ng_tune_from_env(ng_context *ctx);
+void ng_tuning_load(ng_context *ctx);
+/* The tuned values for `kind` ("rmsnorm.bwd", …) at row length n; false when none. */
+bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]);
+/* ng_choose_row_launch for a kernel kind that may have tuned values. */
+ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
+                                     size_t n, bool vec_ok, int mode);
+/* `mode`: NG_ROWS_FWD (no partials), NG_ROWS_BWD_DW (dW/dB partials in a persistent grid), or
+ * NG_ROWS_BWD_FROZEN (no partials, but the same work-group shape as NG_ROWS_BWD_DW so that dx
+ * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. */
+#define NG_ROWS_FWD 0
+#define NG_ROWS_BWD_DW 1
+#define NG_ROWS_BWD_FROZEN 2
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
-                                   bool backward);
+                                   int mode);
 
 /* Sum `groups` rows of `n` f32 partials (at part_off floats into `part`) into `out` (its own
  * dtype), adding to what `out` holds when `accumulate` (reduce.c, cl/reduce.cl). Get the

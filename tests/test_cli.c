@@ -9,45 +9,22 @@
  *    inspect;
  *  - the reader directly on malformed buffers, every truncation of a valid file, and writer
  *    round trips. */
-#include "cli.h"
+#include "ng_cli_test.h"
 #include "ng_test.h"
 #include "ref_norms.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-static const char *cli_path;
-static char base_dir[256]; /* per-process scratch: in/, out/, logs/ */
-static char in_dir[300], out_dir[300], log_dir[300];
+static char in_dir[300], out_dir[300]; /* inputs and outputs, in the scratch folder */
 
 /* ---- files and processes ----------------------------------------------------------------------- */
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  assert_non_null(s);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = '\0';
-  fclose(f);
-  return s;
-}
-
 static void write_bytes(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -85,74 +62,6 @@ static void clear_dir(const char *dir) {
   closedir(d);
 }
 
-typedef struct proc {
-  int code;
-  char *out, *err;
-} proc;
-
-static void proc_free(proc *p) {
-  free(p->out);
-  free(p->err);
-}
-
-/* Run normgrad-cli with args (NULL-terminated) and extra "NAME=value" environment entries
- * (NULL-terminated, may be NULL; a later entry overrides the inherited one). */
-static proc run_cli_env(const char *const *args, const char *const *extra_env) {
-  const char *argv[64];
-  size_t n = 0;
-  argv[n++] = cli_path;
-  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-
-  size_t ne = 0, nx = 0;
-  while (environ[ne]) ne++;
-  while (extra_env && extra_env[nx]) nx++;
-  char **envp = calloc(ne + nx + 1, sizeof *envp);
-  assert_non_null(envp);
-  size_t k = 0;
-  for (size_t i = 0; i < ne; i++) {
-    bool overridden = false;
-    for (size_t j = 0; j < nx && !overridden; j++) {
-      const char *eq = strchr(extra_env[j], '=');
-      size_t l = (size_t)(eq - extra_env[j]) + 1;
-      overridden = strncmp(environ[i], extra_env[j], l) == 0;
-    }
-    if (!overridden) envp[k++] = environ[i];
-  }
-  for (size_t j = 0; j < nx; j++) envp[k++] = (char *)extra_env[j];
-  envp[k] = NULL;
-
-  char out_path[400], err_path[400];
-  snprintf(out_path, sizeof out_path, "%s/stdout", log_dir);
-  snprintf(err_path, sizeof err_path, "%s/stderr", log_dir);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int e = posix_spawn(&pid, cli_path, &fa, NULL, (char *const *)argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  free(envp);
-  if (e != 0) fail_msg("posix_spawn(%s) failed: %s", cli_path, strerror(e));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  proc p;
-  p.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  p.out = read_text(out_path);
-  p.err = read_text(err_path);
-  return p;
-}
-
-static proc run_cli(const char *const *args) { return run_cli_env(args, NULL); }
-
-static bool contains_nocase(const char *hay, const char *needle) {
-  size_t n = strlen(needle);
-  for (; *hay; hay++)
-    if (strncasecmp(hay, needle, n) == 0) return true;
-  return false;
-}
-
 static void describe_args(const char *const *args, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
@@ -164,70 +73,24 @@ static void describe_args(const char *const *args, char *buf, size_t len) {
 static void expect_failure_env(const char *const *args, const char *const *env, int code,
                                const char *needle) {
   clear_dir(out_dir);
-  proc p = run_cli_env(args, env);
+  ng_cli_proc p = ng_cli_run_env(args, env);
   char what[1024], left[256] = "";
   describe_args(args, what, sizeof what);
   if (p.code != code)
     fail_msg("`%s` exited %d, expected %d; stderr: %s", what, p.code, code, p.err);
-  if (!contains_nocase(p.err, needle))
+  if (!ng_cli_contains_nocase(p.err, needle))
     fail_msg("`%s`: stderr does not mention '%s': %s", what, needle, p.err);
-  if (!contains_nocase(p.err, "normgrad-cli:"))
+  if (!ng_cli_contains_nocase(p.err, "normgrad-cli:"))
     fail_msg("`%s`: stderr lacks the tool's prefix: %s", what, p.err);
   for (const char *const *a = args; *a; a++)
     if (!strcmp(*a, "--out") && a[1] && exists(a[1]))
       fail_msg("`%s` created its output %s", what, a[1]);
   if (dir_entries(out_dir, left, sizeof left) != 0)
     fail_msg("`%s` left '%s' in the output directory", what, left);
-  proc_free(&p);
+  ng_cli_proc_free(&p);
 }
 static void expect_failure(const char *const *args, int code, const char *needle) {
   expect_failure_env(args, NULL, code, needle);
-}
-
-static char *path_in(const char *dir, const char *name) {
-  static char bufs[8][600];
-  static int k;
-  char *b = bufs[k++ % 8];
-  snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
-  return b;
-}
-
-/* ---- tensors ------------------------------------------------------------------------------------ */
-static void add_floats(cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
-                       const int64_t *shape, const float *v) {
-  assert_int_equal(cli_tensors_add(ts, name, dt, ndim, shape, NULL), 0);
-  cli_tensor *t = &ts->items[ts->count - 1];
-  cli_pack_floats(dt, v, t->data, cli_tensor_numel(t));
-}
-
-static void write_input(const char *path, const cli_tensors *ts) {
-  char err[512];
-  if (cli_st_write(path, ts, NULL, err, sizeof err) != CLI_OK) fail_msg("write input: %s", err);
-}
-
-static float *floats_of(const cli_tensor *t) {
-  size_t n = cli_tensor_numel(t);
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++) v[i] = (float)cli_tensor_get(t, i);
-  return v;
-}
-
-static const cli_tensor *need(const cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
-                              const int64_t *shape) {
-  const cli_tensor *t = cli_tensors_find(ts, name);
-  if (!t) fail_msg("output lacks '%s'", name);
-  if (t->dtype != dt)
-    fail_msg("output '%s' has dtype %s, expected %s", name, cli_st_dtype_name(t->dtype),
-             cli_st_dtype_name(dt));
-  assert_int_equal(t->ndim, ndim);
-  for (int d = 0; d < ndim; d++) assert_int_equal(t->shape[d], shape[d]);
-  return t;
-}
-
-static void read_output(const char *path, cli_tensors *ts) {
-  char err[512];
-  if (cli_st_read(path, ts, err, sizeof err) != CLI_OK) fail_msg("reading %s: %s", path, err);
 }
 
 /* ---- rmsnorm against the reference ---------------------------------------------------------- */
@@ -259,11 +122,11 @@ static float *check_rmsnorm(const cli_tensors *in, const cli_tensors *out, const
   size_t expect_count = 2 + (dy ? 1 : 0) + (dy && w && !freeze ? 1 : 0);
   if (out->count != expect_count)
     fail_msg("%s: %zu output tensors, expected %zu", label, out->count, expect_count);
-  const cli_tensor *y = need(out, "y", x->dtype, x->ndim, x->shape);
-  const cli_tensor *rs = need(out, "rstd", NG_F32, sdim, sshape);
+  const cli_tensor *y = ng_cli_need(out, "y", x->dtype, x->ndim, x->shape);
+  const cli_tensor *rs = ng_cli_need(out, "rstd", NG_F32, sdim, sshape);
 
-  float *xv = floats_of(x), *wv = w ? floats_of(w) : NULL, *yv = floats_of(y);
-  float *rv = floats_of(rs);
+  float *xv = ng_cli_floats(x), *wv = w ? ng_cli_floats(w) : NULL, *yv = ng_cli_floats(y);
+  float *rv = ng_cli_floats(rs);
   ref_rmsnorm rp = {rows, n, eps, offset, mode_of(mode), x->dtype, w ? w->dtype : NG_F32, wv};
   double *yref = malloc(cnt * sizeof(double));
   float *rref = malloc(rows * sizeof(float));
@@ -285,9 +148,9 @@ static float *check_rmsnorm(const cli_tensors *in, const cli_tensors *out, const
 
   float *dxv = NULL;
   if (dy) {
-    const cli_tensor *dx = need(out, "dx", x->dtype, x->ndim, x->shape);
-    float *dyv = floats_of(dy);
-    dxv = floats_of(dx);
+    const cli_tensor *dx = ng_cli_need(out, "dx", x->dtype, x->ndim, x->shape);
+    float *dyv = ng_cli_floats(dy);
+    dxv = ng_cli_floats(dx);
     double *dxref = malloc(cnt * sizeof(double)), *dwref = malloc(n * sizeof(double));
     double *dwscale = malloc(n * sizeof(double)), dxscale = 0;
     assert_true(dxref && dwref && dwscale);
@@ -298,8 +161,8 @@ static float *check_rmsnorm(const cli_tensors *in, const cli_tensors *out, const
     dxt.atol += 4e-6 * dxscale;
     NG_ASSERT_CLOSE(what, dxv, dxref, cnt, dxt);
     if (w && !freeze) {
-      const cli_tensor *dw = need(out, "dweight", w->dtype, 1, w->shape);
-      float *dwv = floats_of(dw);
+      const cli_tensor *dw = ng_cli_need(out, "dweight", w->dtype, 1, w->shape);
+      float *dwv = ng_cli_floats(dw);
       double mx = 0;
       for (size_t j = 0; j < n; j++) mx = fmax(mx, dwscale[j]);
       ng_tol t = ng_tol_for(w->dtype, dwref, n, 0);
@@ -326,32 +189,33 @@ static float *do_rms_run(const rms_run *c, const char *label) {
   for (int d = 0; d < c->ndim; d++) cnt *= (size_t)c->shape[d];
   const int64_t n = c->shape[c->ndim - 1];
   float *x = ng_test_random(&rng, c->xd, cnt, 0.3, 1.5);
-  add_floats(&in, "x", c->xd, c->ndim, c->shape, x);
+  ng_cli_add(&in, "x", c->xd, c->ndim, c->shape, x);
   if (c->wd >= 0) {
     float *w = ng_test_random(&rng, (ng_dtype)c->wd, (size_t)n, c->offset != 0 ? 0.0 : 1.0, 0.5);
-    add_floats(&in, "weight", (ng_dtype)c->wd, 1, &n, w);
+    ng_cli_add(&in, "weight", (ng_dtype)c->wd, 1, &n, w);
     free(w);
   }
   if (c->dy) {
     float *dy = ng_test_random(&rng, c->xd, cnt, 0.0, 1.0);
-    add_floats(&in, "dy", c->xd, c->ndim, c->shape, dy);
+    ng_cli_add(&in, "dy", c->xd, c->ndim, c->shape, dy);
     free(dy);
   }
   free(x);
-  char *inp = path_in(in_dir, "in.safetensors"), *outp = path_in(out_dir, "out.safetensors");
+  char *inp = ng_cli_path_in(in_dir, "in.safetensors");
+  char *outp = ng_cli_path_in(out_dir, "out.safetensors");
   clear_dir(out_dir);
-  write_input(inp, &in);
+  ng_cli_write(inp, &in);
   char eps[32], off[32];
   snprintf(eps, sizeof eps, "%.9g", (double)c->eps);
   snprintf(off, sizeof off, "%.9g", (double)c->offset);
   const char *args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, "--casting-mode", c->mode,
                         "--eps", eps, "--offset", off, c->freeze ? "--freeze-weight" : NULL,
                         NULL};
-  proc p = run_cli(args);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("%s: exit %d: %s", label, p.code, p.err);
-  assert_true(contains_nocase(p.out, "wrote"));
-  proc_free(&p);
-  read_output(outp, &out);
+  assert_true(ng_cli_contains_nocase(p.out, "wrote"));
+  ng_cli_proc_free(&p);
+  ng_cli_read(outp, &out);
   /* exactly the output file, nothing else (no temporaries) */
   assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
   float *dx = check_rmsnorm(&in, &out, c->mode, c->offset, c->eps, c->freeze, label);
@@ -397,28 +261,28 @@ static void test_example_file(void **state) {
   if (!data) fail_msg("NORMGRAD_TEST_DATA is not set (run through CTest)");
   char inp[600];
   snprintf(inp, sizeof inp, "%s/rmsnorm_example.safetensors", data);
-  char *outp = path_in(out_dir, "example_out.safetensors");
+  char *outp = ng_cli_path_in(out_dir, "example_out.safetensors");
   clear_dir(out_dir);
   const char *args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, NULL};
-  proc p = run_cli(args);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("example: exit %d: %s", p.code, p.err);
-  proc_free(&p);
+  ng_cli_proc_free(&p);
   cli_tensors in = {0}, out = {0};
-  read_output(inp, &in);
-  read_output(outp, &out);
+  ng_cli_read(inp, &in);
+  ng_cli_read(outp, &out);
   const int64_t xs[2] = {8, 256}, ws[1] = {256};
-  need(&in, "x", NG_BF16, 2, xs);
-  need(&in, "weight", NG_F32, 1, ws);
-  need(&in, "dy", NG_BF16, 2, xs);
+  ng_cli_need(&in, "x", NG_BF16, 2, xs);
+  ng_cli_need(&in, "weight", NG_F32, 1, ws);
+  ng_cli_need(&in, "dy", NG_BF16, 2, xs);
   free(check_rmsnorm(&in, &out, "llama", 0.0f, 1e-6f, false, "example file"));
 
   const char *ins[] = {"inspect", outp, NULL};
-  p = run_cli(ins);
+  p = ng_cli_run(ins);
   assert_int_equal(p.code, 0);
   const char *want[] = {"y", "rstd", "dx", "dweight", "BF16", "F32", "[8, 256]", "[8]", "mean"};
   for (size_t i = 0; i < NG_ARRAY_LEN(want); i++)
     if (!strstr(p.out, want[i])) fail_msg("inspect output lacks '%s':\n%s", want[i], p.out);
-  proc_free(&p);
+  ng_cli_proc_free(&p);
   cli_tensors_free(&in);
   cli_tensors_free(&out);
 }
@@ -427,15 +291,15 @@ static void test_example_file(void **state) {
 static void test_output_replacement(void **state) {
   (void)state;
   clear_dir(out_dir);
-  char *outp = path_in(out_dir, "keep.safetensors");
+  char *outp = ng_cli_path_in(out_dir, "keep.safetensors");
   write_bytes(outp, "old contents", 12);
-  char *bad = path_in(in_dir, "bad.safetensors");
+  char *bad = ng_cli_path_in(in_dir, "bad.safetensors");
   write_bytes(bad, "short", 5);
   const char *fail_args[] = {"run", "rmsnorm", "--in", bad, "--out", outp, NULL};
-  proc p = run_cli(fail_args);
+  ng_cli_proc p = ng_cli_run(fail_args);
   assert_int_equal(p.code, 2);
-  proc_free(&p);
-  char *txt = read_text(outp);
+  ng_cli_proc_free(&p);
+  char *txt = ng_cli_slurp(outp);
   assert_string_equal(txt, "old contents");
   free(txt);
   assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
@@ -444,11 +308,11 @@ static void test_output_replacement(void **state) {
   char inp[600];
   snprintf(inp, sizeof inp, "%s/rmsnorm_example.safetensors", data ? data : ".");
   const char *ok_args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, "--freeze-weight", NULL};
-  p = run_cli(ok_args);
+  p = ng_cli_run(ok_args);
   if (p.code != 0) fail_msg("exit %d: %s", p.code, p.err);
-  proc_free(&p);
+  ng_cli_proc_free(&p);
   cli_tensors out = {0};
-  read_output(outp, &out);
+  ng_cli_read(outp, &out);
   assert_int_equal(out.count, 3);
   assert_null(cli_tensors_find(&out, "dweight"));
   assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
@@ -559,7 +423,8 @@ static void make_bad(const bad_file *b, void **buf, size_t *len) {
 
 static void test_malformed_files_cli(void **state) {
   (void)state;
-  char *inp = path_in(in_dir, "bad.safetensors"), *outp = path_in(out_dir, "out.safetensors");
+  char *inp = ng_cli_path_in(in_dir, "bad.safetensors");
+  char *outp = ng_cli_path_in(out_dir, "out.safetensors");
   for (size_t i = 0; i < NG_ARRAY_LEN(bad_files); i++) {
     void *buf;
     size_t len;
@@ -599,8 +464,8 @@ static void test_truncations_and_corruptions(void **state) {
   const int64_t s1[2] = {3, 5}, s2[1] = {5};
   float v[15];
   for (int i = 0; i < 15; i++) v[i] = (float)i - 7.5f;
-  add_floats(&ts, "x", NG_BF16, 2, s1, v);
-  add_floats(&ts, "weight", NG_F32, 1, s2, v);
+  ng_cli_add(&ts, "x", NG_BF16, 2, s1, v);
+  ng_cli_add(&ts, "weight", NG_F32, 1, s2, v);
   const char *meta[] = {"k", "v", NULL};
   void *buf;
   size_t len;
@@ -640,9 +505,9 @@ static void test_round_trip(void **state) {
   cli_tensors ts = {0}, back = {0};
   const int64_t sc[1] = {0}, s3[3] = {2, 1, 3}, e2[2] = {0, 4}, i1[1] = {3};
   float v[6] = {1.5f, -2.25f, 3.0f, 1e-3f, -0.0f, 65504.0f};
-  add_floats(&ts, "scalar", NG_F32, 0, sc, v);
-  add_floats(&ts, "three \"quoted\" \\ names", NG_F16, 3, s3, v);
-  add_floats(&ts, "empty", NG_BF16, 2, e2, v);
+  ng_cli_add(&ts, "scalar", NG_F32, 0, sc, v);
+  ng_cli_add(&ts, "three \"quoted\" \\ names", NG_F16, 3, s3, v);
+  ng_cli_add(&ts, "empty", NG_BF16, 2, e2, v);
   int64_t iv[3] = {-100, 0, 1LL << 40};
   assert_int_equal(cli_tensors_add(&ts, "targets", NG_I64, 1, i1, iv), 0);
   int32_t jv[3] = {7, -8, 9};
@@ -670,13 +535,13 @@ static void test_round_trip(void **state) {
   cli_tensors_free(&back);
 
   /* to disk and back; a directory that does not exist gets nothing */
-  char *p = path_in(out_dir, "rt.safetensors");
+  char *p = ng_cli_path_in(out_dir, "rt.safetensors");
   clear_dir(out_dir);
   assert_int_equal(cli_st_write(p, &ts, meta, err, sizeof err), CLI_OK);
   assert_int_equal(cli_st_read(p, &back, err, sizeof err), CLI_OK);
   assert_int_equal(back.count, ts.count);
   assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
-  char *nodir = path_in(out_dir, "missing/rt.safetensors");
+  char *nodir = ng_cli_path_in(out_dir, "missing/rt.safetensors");
   assert_int_equal(cli_st_write(nodir, &ts, NULL, err, sizeof err), CLI_USAGE);
   assert_true(strstr(err, "missing") != NULL);
   assert_int_equal(cli_st_write(out_dir, &ts, NULL, err, sizeof err), CLI_USAGE);
@@ -693,13 +558,13 @@ static void test_usage_errors(void **state) {
   const int64_t xs[2] = {4, 16}, ws[1] = {16};
   float v[64];
   for (int i = 0; i < 64; i++) v[i] = (float)(i % 7) - 3.0f;
-  add_floats(&in, "x", NG_BF16, 2, xs, v);
-  add_floats(&in, "weight", NG_F32, 1, ws, v);
-  add_floats(&in, "dy", NG_BF16, 2, xs, v);
-  char *good = path_in(in_dir, "good.safetensors");
-  write_input(good, &in);
+  ng_cli_add(&in, "x", NG_BF16, 2, xs, v);
+  ng_cli_add(&in, "weight", NG_F32, 1, ws, v);
+  ng_cli_add(&in, "dy", NG_BF16, 2, xs, v);
+  char *good = ng_cli_path_in(in_dir, "good.safetensors");
+  ng_cli_write(good, &in);
   cli_tensors_free(&in);
-  char *outp = path_in(out_dir, "out.safetensors");
+  char *outp = ng_cli_path_in(out_dir, "out.safetensors");
 
 #define RUN(...) ((const char *const[]){"run", __VA_ARGS__, NULL})
   expect_failure(RUN("nosuchop", "--in", good, "--out", outp), 2, "unknown op 'nosuchop'");
@@ -711,8 +576,9 @@ static void test_usage_errors(void **state) {
   expect_failure(RUN("rmsnorm", "--out", outp), 2, "missing --in");
   expect_failure(RUN("rmsnorm", "--in", good), 2, "missing --out");
   expect_failure(RUN("rmsnorm", "--out", outp, "--in"), 2, "--in needs a value");
-  expect_failure(RUN("rmsnorm", "--in", path_in(in_dir, "nope.safetensors"), "--out", outp), 2,
-                 "cannot open");
+  expect_failure(RUN("rmsnorm", "--in", ng_cli_path_in(in_dir, "nope.safetensors"), "--out",
+                     outp),
+                 2, "cannot open");
   expect_failure(RUN("rmsnorm", "--in", in_dir, "--out", outp), 2, "not a regular file");
   const char *bad_numbers[][2] = {
       {"--eps", "abc"},      {"--eps", "1e-6x"},   {"--eps", ""},         {"--eps", "nan"},
@@ -759,14 +625,14 @@ static void test_usage_errors(void **state) {
       {"empty x", "no elements", {"x", NULL, NULL}, {NG_F32}, {2}, {{0, 16}}},
       {"zero N", "no elements", {"x", NULL, NULL}, {NG_F32}, {2}, {{4, 0}}},
   };
-  char *bad = path_in(in_dir, "badin.safetensors");
+  char *bad = ng_cli_path_in(in_dir, "badin.safetensors");
   for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
     cli_tensors t = {0};
     for (int k = 0; k < 3 && cases[i].names[k]; k++)
       assert_int_equal(cli_tensors_add(&t, cases[i].names[k], cases[i].dts[k], cases[i].ndims[k],
                                        cases[i].shapes[k], NULL),
                        0);
-    write_input(bad, &t);
+    ng_cli_write(bad, &t);
     cli_tensors_free(&t);
     expect_failure(RUN("rmsnorm", "--in", bad, "--out", outp), 2, cases[i].needle);
   }
@@ -780,7 +646,7 @@ static void test_usage_errors(void **state) {
   expect_failure_env(RUN("rmsnorm", "--in", good, "--out", outp), env_dev, 2,
                      "no device matches");
   /* no OpenCL platform at all (an empty ICD directory): a device failure, exit 3 */
-  char *empty = path_in(base_dir, "no-icds");
+  char *empty = ng_cli_path_in(ng_cli_dir, "no-icds");
   mkdir(empty, 0755);
   char icd[700];
   snprintf(icd, sizeof icd, "OCL_ICD_VENDORS=%s", empty);
@@ -791,15 +657,16 @@ static void test_usage_errors(void **state) {
   expect_failure_env(dev_none, env_none, 3, "no OpenCL device");
 
   /* outputs that cannot be written */
-  expect_failure(RUN("rmsnorm", "--in", good, "--out", path_in(out_dir, "nodir/out.safetensors")),
+  expect_failure(RUN("rmsnorm", "--in", good, "--out",
+                     ng_cli_path_in(out_dir, "nodir/out.safetensors")),
                  2, "cannot create a temporary file");
   clear_dir(out_dir);
-  char *sub = path_in(out_dir, "adir");
+  char *sub = ng_cli_path_in(out_dir, "adir");
   mkdir(sub, 0755);
-  proc p = run_cli(RUN("rmsnorm", "--in", good, "--out", sub));
+  ng_cli_proc p = ng_cli_run(RUN("rmsnorm", "--in", good, "--out", sub));
   assert_int_equal(p.code, 2);
-  assert_true(contains_nocase(p.err, "cannot write"));
-  proc_free(&p);
+  assert_true(ng_cli_contains_nocase(p.err, "cannot write"));
+  ng_cli_proc_free(&p);
   assert_int_equal(dir_entries(out_dir, NULL, 0), 1); /* only adir: no temporary left */
   assert_int_equal(dir_entries(sub, NULL, 0), 0);
   rmdir(sub);
@@ -828,10 +695,10 @@ static void test_usage_errors(void **state) {
   expect_failure((const char *const[]){"bench", "rmsnorm", "--rows", "4", "--hidden", "64",
                                        "--dtype", "f32", "--in", "x", NULL},
                  2, "unknown option '--in'");
-  proc none = run_cli((const char *const[]){NULL});
+  ng_cli_proc none = ng_cli_run((const char *const[]){NULL});
   assert_int_equal(none.code, 2);
   assert_true(strstr(none.err, "usage") != NULL);
-  proc_free(&none);
+  ng_cli_proc_free(&none);
 }
 
 /* ---- more bad input (docs/errors.md, issue 7) ----------------------------------------------------- */
@@ -841,11 +708,11 @@ static void test_more_usage_errors(void **state) {
   const int64_t xs[2] = {2, 8};
   float v[16];
   for (int i = 0; i < 16; i++) v[i] = (float)i - 7.0f;
-  add_floats(&in, "x", NG_F32, 2, xs, v);
-  char *good = path_in(in_dir, "good2.safetensors");
-  write_input(good, &in);
+  ng_cli_add(&in, "x", NG_F32, 2, xs, v);
+  char *good = ng_cli_path_in(in_dir, "good2.safetensors");
+  ng_cli_write(good, &in);
   cli_tensors_free(&in);
-  char *outp = path_in(out_dir, "out.safetensors");
+  char *outp = ng_cli_path_in(out_dir, "out.safetensors");
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
   /* subcommands other than run */
   expect_failure(ARGS("inspect", "--bogus", good), 2, "inspect: unknown option '--bogus'");
@@ -891,30 +758,36 @@ static void test_more_usage_errors(void **state) {
 /* ---- help, version, devices, bench ---------------------------------------------------------------- */
 static void test_help_and_devices(void **state) {
   (void)state;
-  const char *subs[] = {"devices", "run", "bench", "inspect", "help"};
+  /* every subcommand, every way of asking: SUB --help, SUB -h, SUB ARG --help, help SUB,
+   * --help SUB */
+  const char *subs[] = {"devices", "run", "bench", "inspect", "cache", "help"};
   for (size_t i = 0; i < NG_ARRAY_LEN(subs); i++) {
     char want[64];
     snprintf(want, sizeof want, "usage: normgrad-cli %s", subs[i]);
-    proc p = run_cli((const char *const[]){subs[i], "--help", NULL});
-    if (p.code != 0 || !strstr(p.out, want))
-      fail_msg("%s --help: exit %d, output: %s", subs[i], p.code, p.out);
-    proc_free(&p);
-    p = run_cli((const char *const[]){"help", subs[i], NULL});
-    assert_int_equal(p.code, 0);
-    assert_non_null(strstr(p.out, want));
-    proc_free(&p);
+    const char *const asks[][4] = {{subs[i], "--help", NULL},
+                                   {subs[i], "-h", NULL},
+                                   {subs[i], "x", "--help", NULL},
+                                   {"help", subs[i], NULL},
+                                   {"--help", subs[i], NULL}};
+    for (size_t k = 0; k < NG_ARRAY_LEN(asks); k++) {
+      ng_cli_proc p = ng_cli_run(asks[k]);
+      if (p.code != 0 || !strstr(p.out, want) || *p.err)
+        fail_msg("%s %s %s: exit %d, stdout: %s, stderr: %s", asks[k][0], asks[k][1],
+                 asks[k][2] ? asks[k][2] : "", p.code, p.out, p.err);
+      ng_cli_proc_free(&p);
+    }
   }
-  proc p = run_cli((const char *const[]){"--help", NULL});
+  ng_cli_proc p = ng_cli_run((const char *const[]){"--help", NULL});
   assert_int_equal(p.code, 0);
   assert_non_null(strstr(p.out, "rmsnorm"));
   assert_non_null(strstr(p.out, "inspect"));
-  proc_free(&p);
-  p = run_cli((const char *const[]){"--version", NULL});
+  ng_cli_proc_free(&p);
+  p = ng_cli_run((const char *const[]){"--version", NULL});
   assert_int_equal(p.code, 0);
   assert_non_null(strstr(p.out, NG_VERSION_STRING));
-  proc_free(&p);
+  ng_cli_proc_free(&p);
 
-  p = run_cli((const char *const[]){"devices", "--json", NULL});
+  p = ng_cli_run((const char *const[]){"devices", "--json", NULL});
   assert_int_equal(p.code, 0);
   cJSON *j = cJSON_Parse(p.out);
   if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1) fail_msg("devices --json: %s", p.out);
@@ -930,16 +803,17 @@ static void test_help_and_devices(void **state) {
   }
   assert_int_equal(defaults, 1);
   cJSON_Delete(j);
-  proc_free(&p);
-  p = run_cli((const char *const[]){"devices", NULL});
+  ng_cli_proc_free(&p);
+  p = ng_cli_run((const char *const[]){"devices", NULL});
   assert_int_equal(p.code, 0);
   assert_non_null(strstr(p.out, "compute units"));
-  proc_free(&p);
+  ng_cli_proc_free(&p);
 }
 
 static void check_bench_json(const char *const *args, const char *pass, bool frozen) {
-  proc p = run_cli(args);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("bench: exit %d: %s", p.code, p.err);
+  if (*p.err) fail_msg("bench --json wrote on stderr: '%s'", p.err); /* no progress line */
   const char *end = NULL;
   cJSON *j = cJSON_ParseWithOpts(p.out, &end, 0);
   if (!cJSON_IsObject(j)) fail_msg("bench --json did not print a JSON object: %s", p.out);
@@ -967,7 +841,7 @@ static void check_bench_json(const char *const *args, const char *pass, bool fro
   assert_true(fabs(cJSON_GetObjectItemCaseSensitive(j, "ratio")->valuedouble - g / c) <=
               1e-9 * (g / c));
   cJSON_Delete(j);
-  proc_free(&p);
+  ng_cli_proc_free(&p);
 }
 
 static void test_bench_json(void **state) {
@@ -981,30 +855,84 @@ static void test_bench_json(void **state) {
                    "forward", true);
 }
 
-/* ---- setup ---------------------------------------------------------------------------------------- */
-static int rm_tree(const char *dir) {
-  clear_dir(dir);
-  return rmdir(dir);
+/* ---- exit codes (docs/cli.md): the same rules in every subcommand ------------------------ */
+static void expect_code(const char *const *args, int code, const char *needle) {
+  ng_cli_proc p = ng_cli_run(args);
+  char what[512];
+  describe_args(args, what, sizeof what);
+  if (p.code != code || !strstr(p.err, needle) || strncmp(p.err, "normgrad-cli: ", 14) != 0)
+    fail_msg("`%s`: exit %d (expected %d), stderr: %s", what, p.code, code, p.err);
+  ng_cli_proc_free(&p);
 }
 
+static void test_exit_codes(void **state) {
+  (void)state;
+  /* an unknown option is a usage error (2) in every subcommand */
+  const char *subs[] = {"devices", "run", "bench", "inspect", "cache"};
+  for (size_t i = 0; i < NG_ARRAY_LEN(subs); i++)
+    expect_code((const char *const[]){subs[i], "--no-such-option", NULL}, 2, "--no-such-option");
+  expect_code((const char *const[]){"help", "--no-such-option", NULL}, 2, "--no-such-option");
+  expect_code((const char *const[]){"--help", "frobnicate", NULL}, 2, "unknown subcommand");
+  expect_code((const char *const[]){"--help", "run", "extra", NULL}, 2, "unexpected argument");
+  expect_code((const char *const[]){"--version", "extra", NULL}, 2, "unexpected argument");
+  /* stdout that cannot be written is a failure (2), not a silent success */
+  const char *const writes[][3] = {{"--version", NULL}, {"--help", NULL}, {"help", "run", NULL},
+                                   {"run", "--help", NULL}, {"devices", NULL}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(writes); i++) {
+    ng_cli_proc p = ng_cli_run_to(writes[i], "/dev/full");
+    if (p.code != 2 || !strstr(p.err, "cannot write stdout"))
+      fail_msg("`%s` into /dev/full: exit %d, stderr: %s", writes[i][0], p.code, p.err);
+    ng_cli_proc_free(&p);
+  }
+}
+
+/* ---- the progress line of bench: on a terminal only, erased at the end, never with --json -- */
+/* The text after the last '\r' and the one before it: the line must end erased, "\r   \r". */
+static bool ends_erased(const char *t) {
+  const size_t n = strlen(t);
+  if (n < 2 || t[n - 1] != '\r') return false;
+  size_t i = n - 1;
+  while (i > 0 && t[i - 1] == ' ') i--;
+  return i > 0 && i < n - 1 && t[i - 1] == '\r';
+}
+
+static void test_progress_line(void **state) {
+  (void)state;
+  const char *const args[] = {"bench",   "rmsnorm", "--rows", "64",      "--hidden", "512",
+                              "--dtype", "bf16",    "--pass", "forward", NULL};
+  /* stderr on a terminal: the line shows each phase, is redrawn in place, and is erased */
+  ng_cli_proc p = ng_cli_run_tty(args);
+  if (p.code != 0) fail_msg("bench on a tty: exit %d: %s", p.code, p.err);
+  if (!strstr(p.err, "bench rmsnorm forward: timing") || !strstr(p.err, "bench: copy bandwidth"))
+    fail_msg("no progress line on the terminal: '%s'", p.err);
+  if (strchr(p.err, '\n')) fail_msg("the progress line printed a newline: '%s'", p.err);
+  if (!ends_erased(p.err)) fail_msg("the progress line was not erased: '%s'", p.err);
+  if (!strstr(p.out, "median") || strchr(p.out, '\r'))
+    fail_msg("stdout of bench on a tty: '%s'", p.out);
+  ng_cli_proc_free(&p);
+  /* --json: nothing on the terminal, exactly one JSON object on stdout */
+  const char *const json_args[] = {"bench",  "rmsnorm", "--rows",  "64",     "--hidden", "512",
+                                   "--dtype", "bf16",   "--pass", "forward", "--json",   NULL};
+  p = ng_cli_run_tty(json_args);
+  if (p.code != 0 || *p.err) fail_msg("bench --json on a tty: exit %d, stderr '%s'", p.code, p.err);
+  cJSON *j = cJSON_Parse(p.out);
+  if (!cJSON_IsObject(j)) fail_msg("bench --json on a tty: stdout is not one object: %s", p.out);
+  cJSON_Delete(j);
+  ng_cli_proc_free(&p);
+  /* not a terminal (a file here; test_bench_json checks the same of every --json run) */
+  p = ng_cli_run(args);
+  if (p.code != 0 || strchr(p.err, '\r') || strstr(p.err, "timing"))
+    fail_msg("bench into a file: exit %d, stderr '%s'", p.code, p.err);
+  ng_cli_proc_free(&p);
+}
+
+/* ---- setup ---------------------------------------------------------------------------------------- */
 int main(void) {
-  cli_path = getenv("NORMGRAD_CLI");
-  if (!cli_path || access(cli_path, X_OK) != 0) {
-    fprintf(stderr, "NORMGRAD_CLI must name the normgrad-cli binary (run through CTest)\n");
-    return 1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(base_dir, sizeof base_dir, "%s/ng-test-cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(base_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  snprintf(in_dir, sizeof in_dir, "%s/in", base_dir);
-  snprintf(out_dir, sizeof out_dir, "%s/out", base_dir);
-  snprintf(log_dir, sizeof log_dir, "%s/logs", base_dir);
+  if (ng_cli_test_init("cli")) return 1;
+  snprintf(in_dir, sizeof in_dir, "%s/in", ng_cli_dir);
+  snprintf(out_dir, sizeof out_dir, "%s/out", ng_cli_dir);
   mkdir(in_dir, 0755);
   mkdir(out_dir, 0755);
-  mkdir(log_dir, 0755);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_malformed_buffers),
       cmocka_unit_test(test_truncations_and_corruptions),
@@ -1019,14 +947,10 @@ int main(void) {
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_output_replacement),
       cmocka_unit_test(test_bench_json),
+      cmocka_unit_test(test_exit_codes),
+      cmocka_unit_test(test_progress_line),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
-  char no_icds[400];
-  snprintf(no_icds, sizeof no_icds, "%s/no-icds", base_dir);
-  rmdir(no_icds);
-  rm_tree(in_dir);
-  rm_tree(out_dir);
-  rm_tree(log_dir);
-  rmdir(base_dir);
+  ng_cli_test_cleanup();
   return failed;
 }

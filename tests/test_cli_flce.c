@@ -2,94 +2,17 @@
  * against the double-precision reference for mean with every option, none with and without a
  * grad_output tensor, frozen outputs absent; usage errors with exit code 2, a message naming the
  * problem and no output file; bench --json with the GEMM-only time and the memory figures. */
-#include "cli.h"
+#include "ng_cli_test.h"
 #include "ng_test.h"
 #include "ref_flce.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
-
-static const char *cli_path;
-static char dir[256], in_path[300], out_path[300], log_out[300], log_err[300];
-
-typedef struct proc {
-  int code;
-  char *out, *err;
-} proc;
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  assert_non_null(s);
-  s[fread(s, 1, (size_t)n, f)] = '\0';
-  fclose(f);
-  return s;
-}
-
-static proc run_cli(const char *const *args) {
-  const char *argv[48];
-  size_t n = 0;
-  argv[n++] = cli_path;
-  while (args[n - 1] && n < 47) {
-    argv[n] = args[n - 1];
-    n++;
-  }
-  argv[n] = NULL;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, log_err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int e = posix_spawn(&pid, cli_path, &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (e != 0) fail_msg("posix_spawn(%s): %s", cli_path, strerror(e));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  proc p = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(log_out),
-            slurp(log_err)};
-  return p;
-}
-
-static void add(cli_tensors *ts, const char *name, ng_dtype dt, int ndim, const int64_t *shape,
-                const float *v) {
-  assert_int_equal(cli_tensors_add(ts, name, dt, ndim, shape, NULL), 0);
-  cli_tensor *t = &ts->items[ts->count - 1];
-  const size_t n = cli_tensor_numel(t);
-  if (dt == NG_I32 || dt == NG_I64) {
-    for (size_t i = 0; i < n; i++) {
-      if (dt == NG_I32) ((int32_t *)t->data)[i] = (int32_t)v[i];
-      else ((int64_t *)t->data)[i] = (int64_t)v[i];
-    }
-  } else {
-    cli_pack_floats(dt, v, t->data, n);
-  }
-}
-
-static const cli_tensor *need(const cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
-                              const int64_t *shape) {
-  const cli_tensor *t = cli_tensors_find(ts, name);
-  if (!t) fail_msg("output lacks '%s'", name);
-  assert_int_equal(t->dtype, dt);
-  assert_int_equal(t->ndim, ndim);
-  for (int d = 0; d < ndim; d++) assert_int_equal(t->shape[d], shape[d]);
-  return t;
-}
 
 /* got within rtol·|ref| + k·scale + atol */
 static void close_to(const char *what, const cli_tensor *t, const double *ref, const double *scale,
@@ -131,20 +54,19 @@ static void run_case(const flce_cli_case *c) {
   cli_tensors in = {0};
   const int64_t xs[3] = {(int64_t)c->b, (int64_t)c->t, (int64_t)h}, ws[2] = {(int64_t)v, (int64_t)h};
   const int64_t vs[1] = {(int64_t)v}, one[1] = {1};
-  add(&in, "input", c->xd, 3, xs, x);
-  add(&in, "weight", NG_F32, 2, ws, w);
-  add(&in, "target", c->td, 2, xs, tf);
-  if (c->bias) add(&in, "bias", NG_F32, 1, vs, bias);
-  if (c->cew) add(&in, "ce_weight", NG_F32, 1, vs, cw);
+  ng_cli_add(&in, "input", c->xd, 3, xs, x);
+  ng_cli_add(&in, "weight", NG_F32, 2, ws, w);
+  ng_cli_add(&in, "target", c->td, 2, xs, tf);
+  if (c->bias) ng_cli_add(&in, "bias", NG_F32, 1, vs, bias);
+  if (c->cew) ng_cli_add(&in, "ce_weight", NG_F32, 1, vs, cw);
   float go1 = (float)c->go;
   if (c->go_tensor) {
-    if (none) add(&in, "grad_output", NG_F32, 2, xs, gov);
-    else add(&in, "grad_output", NG_F32, 1, one, &go1);
+    if (none) ng_cli_add(&in, "grad_output", NG_F32, 2, xs, gov);
+    else ng_cli_add(&in, "grad_output", NG_F32, 1, one, &go1);
   }
-  char err[512];
-  if (cli_st_write(in_path, &in, NULL, err, sizeof err)) fail_msg("%s", err);
+  ng_cli_write(ng_cli_in, &in);
 
-  const char *args[48] = {"run", "flce", "--in", in_path, "--out", out_path, "--reduction",
+  const char *args[48] = {"run", "flce", "--in", ng_cli_in, "--out", ng_cli_out, "--reduction",
                           c->reduction};
   size_t na = 8;
   char eps[32], cap[32], lam[32], go[32];
@@ -161,7 +83,7 @@ static void run_case(const flce_cli_case *c) {
   if (c->no_dx) args[na++] = "--no-input-grad";
   for (size_t i = 0; c->extra[i]; i++) args[na++] = c->extra[i];
   args[na] = NULL;
-  proc p = run_cli(args);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("run flce exited %d: %s", p.code, p.err);
 
   /* reference: the f32 values of the rounded input; mean/sum go as a scalar */
@@ -182,23 +104,23 @@ static void run_case(const flce_cli_case *c) {
   ref_flce_out ro = {loss, zl, NULL, dx, dw, db, dxs, dws, dbs, 0};
   ref_flce_run(&rp, x, w, tg, &ro);
   cli_tensors out = {0};
-  if (cli_st_read(out_path, &out, err, sizeof err)) fail_msg("%s", err);
+  ng_cli_read(ng_cli_out, &out);
   const double dz = 1.2e-7 * sqrt((double)h) * ro.logit_scale;
   const double tol = 20 * dz * (1 + 2 * c->lam * ro.logit_scale) + 1e-6;
-  close_to("loss", need(&out, "loss", NG_F32, none ? 2 : 0, xs), loss, NULL, 1e-5, 0,
+  close_to("loss", ng_cli_need(&out, "loss", NG_F32, none ? 2 : 0, xs), loss, NULL, 1e-5, 0,
            tol * (none ? 1 : 2));
-  close_to("z_loss", need(&out, "z_loss", NG_F32, none ? 2 : 0, xs), zl, NULL, 1e-5, 0, tol);
+  close_to("z_loss", ng_cli_need(&out, "z_loss", NG_F32, none ? 2 : 0, xs), zl, NULL, 1e-5, 0, tol);
   const double rt = c->xd == NG_BF16 ? 1.0 / 128 : c->xd == NG_F16 ? 1.0 / 1024 : 2e-6;
   if (c->no_dx) assert_null(cli_tensors_find(&out, "dinput"));
-  else close_to("dinput", need(&out, "dinput", c->xd, 3, xs), dx, dxs, rt, tol, 1e-7);
+  else close_to("dinput", ng_cli_need(&out, "dinput", c->xd, 3, xs), dx, dxs, rt, tol, 1e-7);
   if (c->freeze_w) assert_null(cli_tensors_find(&out, "dweight"));
-  else close_to("dweight", need(&out, "dweight", NG_F32, 2, ws), dw, dws, 2e-6, tol, 0);
+  else close_to("dweight", ng_cli_need(&out, "dweight", NG_F32, 2, ws), dw, dws, 2e-6, tol, 0);
   if (!c->bias || c->freeze_b) assert_null(cli_tensors_find(&out, "dbias"));
-  else close_to("dbias", need(&out, "dbias", NG_F32, 1, vs), db, dbs, 2e-6, tol, 0);
+  else close_to("dbias", ng_cli_need(&out, "dbias", NG_F32, 1, vs), db, dbs, 2e-6, tol, 0);
   cli_tensors_free(&out);
   cli_tensors_free(&in);
-  unlink(out_path);
-  free(p.out), free(p.err);
+  unlink(ng_cli_out);
+  ng_cli_proc_free(&p);
   free(x), free(w), free(bias), free(cw), free(tf), free(tg), free(gov), free(gofill);
   free(loss), free(zl), free(dx), free(dxs), free(dw), free(dws), free(db), free(dbs);
 }
@@ -221,54 +143,54 @@ static void test_run(void **state) {
 
 /* exit 2, stderr names the problem, no output file */
 static void expect_usage(const char *const *args, const char *needle) {
-  unlink(out_path);
-  proc p = run_cli(args);
+  unlink(ng_cli_out);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 2) fail_msg("exit %d, expected 2: %s", p.code, p.err);
   if (!strstr(p.err, needle)) fail_msg("stderr does not mention '%s': %s", needle, p.err);
-  if (access(out_path, F_OK) == 0) fail_msg("a failed run created its output");
-  free(p.out), free(p.err);
+  if (access(ng_cli_out, F_OK) == 0) fail_msg("a failed run created its output");
+  ng_cli_proc_free(&p);
 }
 
 static void write_small(ng_dtype wd, float bad_target, bool go_tensor, size_t go_n) {
   cli_tensors in = {0};
   float x[12] = {0}, w[20] = {0}, t[3] = {0, 1, bad_target}, g[3] = {1, 1, 1};
   const int64_t xs[2] = {3, 4}, ws[2] = {5, 4}, ts[1] = {3}, gs[1] = {(int64_t)go_n};
-  add(&in, "input", NG_F32, 2, xs, x);
-  add(&in, "weight", wd, 2, ws, w);
-  add(&in, "target", NG_I32, 1, ts, t);
-  if (go_tensor) add(&in, "grad_output", NG_F32, 1, gs, g);
-  char err[512];
-  if (cli_st_write(in_path, &in, NULL, err, sizeof err)) fail_msg("%s", err);
+  ng_cli_add(&in, "input", NG_F32, 2, xs, x);
+  ng_cli_add(&in, "weight", wd, 2, ws, w);
+  ng_cli_add(&in, "target", NG_I32, 1, ts, t);
+  if (go_tensor) ng_cli_add(&in, "grad_output", NG_F32, 1, gs, g);
+  ng_cli_write(ng_cli_in, &in);
   cli_tensors_free(&in);
 }
 
 static void test_usage_errors(void **state) {
   (void)state;
-  const char *base[] = {"run", "flce", "--in", in_path, "--out", out_path, NULL};
+  const char *base[] = {"run", "flce", "--in", ng_cli_in, "--out", ng_cli_out, NULL};
   write_small(NG_F32, 7, false, 0);
   expect_usage(base, "target[2]");
   write_small(NG_BF16, 2, false, 0);
   expect_usage(base, "weight");
   write_small(NG_F32, 2, true, 1);
-  expect_usage((const char *const[]){"run", "flce", "--in", in_path, "--out", out_path,
+  expect_usage((const char *const[]){"run", "flce", "--in", ng_cli_in, "--out", ng_cli_out,
                                      "--grad-output", "2", NULL},
                "not both");
-  expect_usage((const char *const[]){"run", "flce", "--in", in_path, "--out", out_path,
+  expect_usage((const char *const[]){"run", "flce", "--in", ng_cli_in, "--out", ng_cli_out,
                                      "--reduction", "none", NULL},
                "grad_output");
-  expect_usage((const char *const[]){"run", "flce", "--in", in_path, "--out", out_path,
+  expect_usage((const char *const[]){"run", "flce", "--in", ng_cli_in, "--out", ng_cli_out,
                                      "--chunk-rows", "0", NULL},
                "--chunk-rows");
   /* a successful run of the same file, so the failures above were the arguments' */
-  proc p = run_cli(base);
+  ng_cli_proc p = ng_cli_run(base);
   if (p.code != 0) fail_msg("run flce exited %d: %s", p.code, p.err);
-  free(p.out), free(p.err);
+  ng_cli_proc_free(&p);
 }
 
 static void test_bench_json(void **state) {
   (void)state;
-  proc p = run_cli((const char *const[]){"bench", "flce", "--rows", "32", "--hidden", "16",
-                                         "--vocab", "300", "--dtype", "bf16", "--json", NULL});
+  ng_cli_proc p = ng_cli_run((const char *const[]){"bench", "flce", "--rows", "32", "--hidden",
+                                                   "16", "--vocab", "300", "--dtype", "bf16",
+                                                   "--json", NULL});
   if (p.code != 0) fail_msg("bench: exit %d: %s", p.code, p.err);
   cJSON *j = cJSON_Parse(p.out);
   if (!cJSON_IsObject(j)) fail_msg("not one JSON object: %s", p.out);
@@ -287,29 +209,14 @@ static void test_bench_json(void **state) {
                        cJSON_GetObjectItemCaseSensitive(j, "gemm_temp_bytes")->valuedouble;
   assert_true(extra == parts);
   cJSON_Delete(j);
-  free(p.out), free(p.err);
+  ng_cli_proc_free(&p);
 }
 
 int main(void) {
-  cli_path = getenv("NORMGRAD_CLI");
-  if (!cli_path || access(cli_path, X_OK) != 0) {
-    fprintf(stderr, "NORMGRAD_CLI must name the normgrad-cli binary (run through CTest)\n");
-    return 1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, sizeof dir, "%s/ng-test-cli-flce-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  snprintf(in_path, sizeof in_path, "%s/in.safetensors", dir);
-  snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
-  snprintf(log_out, sizeof log_out, "%s/stdout", dir);
-  snprintf(log_err, sizeof log_err, "%s/stderr", dir);
+  if (ng_cli_test_init("cli-flce")) return 1;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_run),
                                      cmocka_unit_test(test_bench_json)};
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
-  unlink(in_path), unlink(out_path), unlink(log_out), unlink(log_err);
-  rmdir(dir);
+  ng_cli_test_cleanup();
   return failed;
 }

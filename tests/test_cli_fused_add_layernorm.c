@@ -2,107 +2,33 @@
  * posix_spawn): results against the double-precision references, optional and frozen tensors
  * absent from the output, usage errors with exit code 2, a message naming the problem and no
  * output file, and bench --json with the bytes and kernel counts of each pass. */
-#include "cli.h"
+#include "ng_cli_test.h"
 #include "ng_test.h"
 #include "ref_fused_add_rmsnorm.h"
 #include "ref_layernorm.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-static const char *cli_path;
-static char dir[256], in_path[300], out_path[300], log_out[300], log_err[300];
-
-typedef struct proc {
-  int code;
-  char *out, *err;
-} proc;
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  assert_non_null(s);
-  s[fread(s, 1, (size_t)n, f)] = '\0';
-  fclose(f);
-  return s;
-}
-
-static proc run_cli(const char *const *args) {
-  const char *argv[48];
-  size_t n = 0;
-  argv[n++] = cli_path;
-  while (args[n - 1] && n < 47) {
-    argv[n] = args[n - 1];
-    n++;
-  }
-  argv[n] = NULL;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, log_err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int e = posix_spawn(&pid, cli_path, &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (e != 0) fail_msg("posix_spawn(%s): %s", cli_path, strerror(e));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  proc p = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(log_out),
-            slurp(log_err)};
-  return p;
-}
-
-static void add(cli_tensors *ts, const char *name, ng_dtype dt, int ndim, const int64_t *shape,
-                const float *v) {
-  assert_int_equal(cli_tensors_add(ts, name, dt, ndim, shape, NULL), 0);
-  cli_tensor *t = &ts->items[ts->count - 1];
-  cli_pack_floats(dt, v, t->data, cli_tensor_numel(t));
-}
-
+/* Write the input file and free its tensors. */
 static void write_input(cli_tensors *in) {
-  char err[512];
-  if (cli_st_write(in_path, in, NULL, err, sizeof err)) fail_msg("%s", err);
+  ng_cli_write(ng_cli_in, in);
   cli_tensors_free(in);
 }
 
 static cli_tensors run_ok(const char *const *args) {
-  unlink(out_path);
-  proc p = run_cli(args);
+  unlink(ng_cli_out);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("%s %s exited %d: %s", args[0], args[1], p.code, p.err);
-  free(p.out), free(p.err);
+  ng_cli_proc_free(&p);
   cli_tensors out = {0};
-  char err[512];
-  if (cli_st_read(out_path, &out, err, sizeof err)) fail_msg("%s", err);
+  ng_cli_read(ng_cli_out, &out);
   return out;
-}
-
-static const cli_tensor *need(const cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
-                              const int64_t *shape) {
-  const cli_tensor *t = cli_tensors_find(ts, name);
-  if (!t) fail_msg("output lacks '%s'", name);
-  assert_int_equal(t->dtype, dt);
-  assert_int_equal(t->ndim, ndim);
-  for (int d = 0; d < ndim; d++) assert_int_equal(t->shape[d], shape[d]);
-  return t;
-}
-
-static void absent(const cli_tensors *ts, const char *name) {
-  if (cli_tensors_find(ts, name)) fail_msg("output has '%s', which must be absent", name);
 }
 
 /* |got − ref| ≤ rtol·|ref| + atol for every element */
@@ -139,15 +65,15 @@ static void fa_case(ng_dtype xd, ng_dtype wd, bool with_dy, bool with_ds, bool f
   float *w = ng_test_random(&rng, wd, N, offset != 0 ? 0 : 1, 0.3);
   float *dy = ng_test_random(&rng, xd, cnt, 0, 1), *ds = ng_test_random(&rng, xd, cnt, 0, 0.5);
   cli_tensors in = {0};
-  add(&in, "x", xd, 3, xs, x);
-  add(&in, "residual", xd, 3, xs, res);
-  add(&in, "weight", wd, 1, ws, w);
-  if (with_dy) add(&in, "dy", xd, 3, xs, dy);
-  if (with_ds) add(&in, "ds_out", xd, 3, xs, ds);
+  ng_cli_add(&in, "x", xd, 3, xs, x);
+  ng_cli_add(&in, "residual", xd, 3, xs, res);
+  ng_cli_add(&in, "weight", wd, 1, ws, w);
+  if (with_dy) ng_cli_add(&in, "dy", xd, 3, xs, dy);
+  if (with_ds) ng_cli_add(&in, "ds_out", xd, 3, xs, ds);
   write_input(&in);
   char off[32];
   snprintf(off, sizeof off, "%g", (double)offset);
-  const char *args[16] = {"run",   "fused-add-rmsnorm", "--in", in_path, "--out", out_path,
+  const char *args[16] = {"run",   "fused-add-rmsnorm", "--in", ng_cli_in, "--out", ng_cli_out,
                           "--casting-mode", mode, "--offset", off};
   if (freeze) args[10] = "--freeze-weight";
   cli_tensors out = run_ok(args);
@@ -163,16 +89,17 @@ static void fa_case(ng_dtype xd, ng_dtype wd, bool with_dy, bool with_ds, bool f
   ref_fused_add_rmsnorm_backward(&rp, dy, with_ds ? ds : NULL, s, rstd, dx, dw, NULL, NULL,
                                  &dx_scale);
   double *sd = widen(s, cnt), *rd = widen(rstd, rows);
-  close_to("s", need(&out, "s", xd, 3, xs), sd, 0, 0);
-  close_to("y", need(&out, "y", xd, 3, xs), y, 2 * rtol_of(xd), 1e-5);
-  close_to("rstd", need(&out, "rstd", NG_F32, 2, rs), rd, m == NG_CAST_NONE ? rtol_of(xd) : 1e-5, 0);
-  if (with_dy) close_to("dx", need(&out, "dx", xd, 3, xs), dx, rtol_of(xd), 1e-5 * dx_scale);
-  else absent(&out, "dx");
+  close_to("s", ng_cli_need(&out, "s", xd, 3, xs), sd, 0, 0);
+  close_to("y", ng_cli_need(&out, "y", xd, 3, xs), y, 2 * rtol_of(xd), 1e-5);
+  close_to("rstd", ng_cli_need(&out, "rstd", NG_F32, 2, rs), rd,
+           m == NG_CAST_NONE ? rtol_of(xd) : 1e-5, 0);
+  if (with_dy) close_to("dx", ng_cli_need(&out, "dx", xd, 3, xs), dx, rtol_of(xd), 1e-5 * dx_scale);
+  else ng_cli_absent(&out, "dx");
   if (with_dy && !freeze) {
     const double lt = m == NG_CAST_LLAMA && xd != NG_F32 ? 0.05 : 1e-4;
-    close_to("dweight", need(&out, "dweight", wd, 1, ws), dw, rtol_of(wd), lt);
+    close_to("dweight", ng_cli_need(&out, "dweight", wd, 1, ws), dw, rtol_of(wd), lt);
   } else {
-    absent(&out, "dweight");
+    ng_cli_absent(&out, "dweight");
   }
   cli_tensors_free(&out);
   free(x), free(res), free(w), free(dy), free(ds), free(s), free(rstd), free(y), free(dx);
@@ -197,12 +124,13 @@ static void ln_case(ng_dtype xd, ng_dtype wd, bool has_w, bool has_b, bool with_
   float *x = ng_test_random(&rng, xd, cnt, 0.5, 2.0), *dy = ng_test_random(&rng, xd, cnt, 0, 1);
   float *w = ng_test_random(&rng, wd, N, 1, 0.3), *b = ng_test_random(&rng, wd, N, 0, 0.3);
   cli_tensors in = {0};
-  add(&in, "x", xd, 2, xs, x);
-  if (has_w) add(&in, "weight", wd, 1, ws, w);
-  if (has_b) add(&in, "bias", wd, 1, ws, b);
-  if (with_dy) add(&in, "dy", xd, 2, xs, dy);
+  ng_cli_add(&in, "x", xd, 2, xs, x);
+  if (has_w) ng_cli_add(&in, "weight", wd, 1, ws, w);
+  if (has_b) ng_cli_add(&in, "bias", wd, 1, ws, b);
+  if (with_dy) ng_cli_add(&in, "dy", xd, 2, xs, dy);
   write_input(&in);
-  const char *args[16] = {"run", "layernorm", "--in", in_path, "--out", out_path, "--eps", "1e-5"};
+  const char *args[16] = {"run",      "layernorm", "--in",  ng_cli_in,
+                          "--out",    ng_cli_out,  "--eps", "1e-5"};
   size_t na = 8;
   if (freeze_w) args[na++] = "--freeze-weight";
   if (freeze_b) args[na++] = "--freeze-bias";
@@ -215,19 +143,19 @@ static void ln_case(ng_dtype xd, ng_dtype wd, bool has_w, bool has_b, bool with_
   ref_layernorm_forward(&rp, x, y, NULL, mean, rstd);
   ref_layernorm_backward(&rp, dy, x, mean, rstd, dx, dw, NULL, db, NULL, NULL, NULL, &dx_scale);
   double *md = widen(mean, rows), *rd = widen(rstd, rows);
-  close_to("y", need(&out, "y", xd, 2, xs), y, rtol_of(xd), 1e-5);
-  close_to("mean", need(&out, "mean", NG_F32, 1, rs), md, 1e-6, 1e-6);
-  close_to("rstd", need(&out, "rstd", NG_F32, 1, rs), rd, 1e-5, 0);
-  if (with_dy) close_to("dx", need(&out, "dx", xd, 2, xs), dx, rtol_of(xd), 1e-5 * dx_scale);
-  else absent(&out, "dx");
+  close_to("y", ng_cli_need(&out, "y", xd, 2, xs), y, rtol_of(xd), 1e-5);
+  close_to("mean", ng_cli_need(&out, "mean", NG_F32, 1, rs), md, 1e-6, 1e-6);
+  close_to("rstd", ng_cli_need(&out, "rstd", NG_F32, 1, rs), rd, 1e-5, 0);
+  if (with_dy) close_to("dx", ng_cli_need(&out, "dx", xd, 2, xs), dx, rtol_of(xd), 1e-5 * dx_scale);
+  else ng_cli_absent(&out, "dx");
   if (with_dy && has_w && !freeze_w)
-    close_to("dweight", need(&out, "dweight", wd, 1, ws), dw, rtol_of(wd), 1e-4);
+    close_to("dweight", ng_cli_need(&out, "dweight", wd, 1, ws), dw, rtol_of(wd), 1e-4);
   else
-    absent(&out, "dweight");
+    ng_cli_absent(&out, "dweight");
   if (with_dy && has_b && !freeze_b)
-    close_to("dbias", need(&out, "dbias", wd, 1, ws), db, rtol_of(wd), 1e-4);
+    close_to("dbias", ng_cli_need(&out, "dbias", wd, 1, ws), db, rtol_of(wd), 1e-4);
   else
-    absent(&out, "dbias");
+    ng_cli_absent(&out, "dbias");
   cli_tensors_free(&out);
   free(x), free(dy), free(w), free(b), free(mean), free(rstd), free(y), free(dx), free(dw);
   free(db), free(md), free(rd);
@@ -245,12 +173,13 @@ static void test_layernorm_run(void **state) {
 
 /* ---- usage errors: exit 2, stderr names the problem, no output file ------------------------- */
 static void expect_usage(const char *op, const char *needle) {
-  unlink(out_path);
-  proc p = run_cli((const char *const[]){"run", op, "--in", in_path, "--out", out_path, NULL});
+  unlink(ng_cli_out);
+  ng_cli_proc p =
+      ng_cli_run((const char *const[]){"run", op, "--in", ng_cli_in, "--out", ng_cli_out, NULL});
   if (p.code != 2) fail_msg("%s: exit %d, expected 2: %s", op, p.code, p.err);
   if (!strstr(p.err, needle)) fail_msg("%s: stderr does not mention '%s': %s", op, needle, p.err);
-  if (access(out_path, F_OK) == 0) fail_msg("a failed run created its output");
-  free(p.out), free(p.err);
+  if (access(ng_cli_out, F_OK) == 0) fail_msg("a failed run created its output");
+  ng_cli_proc_free(&p);
 }
 
 static void small_input(const char *const *names, const ng_dtype *dts, const int64_t (*shapes)[2],
@@ -258,7 +187,7 @@ static void small_input(const char *const *names, const ng_dtype *dts, const int
   float v[64];
   for (int i = 0; i < 64; i++) v[i] = 0.1f * (float)(i % 7);
   cli_tensors in = {0};
-  for (size_t i = 0; names[i]; i++) add(&in, names[i], dts[i], ndims[i], shapes[i], v);
+  for (size_t i = 0; names[i]; i++) ng_cli_add(&in, names[i], dts[i], ndims[i], shapes[i], v);
   write_input(&in);
 }
 
@@ -299,8 +228,8 @@ static void test_usage_errors(void **state) {
   /* a good file runs (so the failures above were the inputs') */
   small_input((const char *const[]){"x", "weight", "bias", NULL}, (ng_dtype[]){F, H, H},
               (const int64_t[][2]){{3, 8}, {8, 0}, {8, 0}}, (int[]){2, 1, 1});
-  cli_tensors out = run_ok((const char *const[]){"run", "layernorm", "--in", in_path, "--out",
-                                                  out_path, NULL});
+  cli_tensors out = run_ok((const char *const[]){"run", "layernorm", "--in", ng_cli_in, "--out",
+                                                  ng_cli_out, NULL});
   cli_tensors_free(&out);
 }
 
@@ -312,7 +241,7 @@ static void bench_json(const char *op, const char *pass, const char *const *flag
   size_t na = 11;
   for (size_t i = 0; flags[i]; i++) args[na++] = flags[i];
   args[na] = NULL;
-  proc p = run_cli(args);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("bench %s %s: exit %d: %s", op, pass, p.code, p.err);
   cJSON *j = cJSON_Parse(p.out);
   if (!cJSON_IsObject(j)) fail_msg("not one JSON object: %s", p.out);
@@ -325,7 +254,7 @@ static void bench_json(const char *op, const char *pass, const char *const *flag
   cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "median_ms");
   if (!cJSON_IsNumber(ms) || !(ms->valuedouble > 0)) fail_msg("median_ms: %s", p.out);
   cJSON_Delete(j);
-  free(p.out), free(p.err);
+  ng_cli_proc_free(&p);
 }
 
 static void test_bench(void **state) {
@@ -344,26 +273,11 @@ static void test_bench(void **state) {
 }
 
 int main(void) {
-  cli_path = getenv("NORMGRAD_CLI");
-  if (!cli_path || access(cli_path, X_OK) != 0) {
-    fprintf(stderr, "NORMGRAD_CLI must name the normgrad-cli binary (run through CTest)\n");
-    return 1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, sizeof dir, "%s/ng-test-cli-fa-ln-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  snprintf(in_path, sizeof in_path, "%s/in.safetensors", dir);
-  snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
-  snprintf(log_out, sizeof log_out, "%s/stdout", dir);
-  snprintf(log_err, sizeof log_err, "%s/stderr", dir);
+  if (ng_cli_test_init("cli-fa-ln")) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_fused_add_run),
       cmocka_unit_test(test_layernorm_run), cmocka_unit_test(test_bench)};
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
-  unlink(in_path), unlink(out_path), unlink(log_out), unlink(log_err);
-  rmdir(dir);
+  ng_cli_test_cleanup();
   return failed;
 }

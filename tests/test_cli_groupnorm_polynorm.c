@@ -2,118 +2,36 @@
  * outputs (names, dtypes, shapes, values against the double-precision references, frozen
  * parameters absent with dx unchanged), the usage errors specific to these ops (exit 2, a message
  * naming the problem, no output file), and bench --json for both. */
-#include "cli.h"
+#include "ng_cli_test.h"
 #include "ng_test.h"
 #include "ref_groupnorm.h"
 #include "ref_polynorm.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-static const char *cli_path;
-static char base_dir[256], in_path[300], out_path[300], log_out[300], log_err[300];
-
-typedef struct proc {
-  int code;
-  char *out, *err;
-} proc;
-
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  assert_non_null(s);
-  s[fread(s, 1, (size_t)n, f)] = '\0';
-  fclose(f);
-  return s;
-}
-
-static proc run_cli(const char *const *args) {
-  const char *argv[64];
-  size_t n = 0;
-  argv[n++] = cli_path;
-  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, log_err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int e = posix_spawn(&pid, cli_path, &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (e != 0) fail_msg("posix_spawn(%s) failed: %s", cli_path, strerror(e));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  proc p = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_text(log_out),
-            read_text(log_err)};
-  return p;
-}
-
-static void proc_free(proc *p) { free(p->out), free(p->err); }
-
-static void add_floats(cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
-                       const int64_t *shape, const float *v) {
-  assert_int_equal(cli_tensors_add(ts, name, dt, ndim, shape, NULL), 0);
-  cli_tensor *t = &ts->items[ts->count - 1];
-  cli_pack_floats(dt, v, t->data, cli_tensor_numel(t));
-}
-
-static void write_input(const cli_tensors *ts) {
-  char err[512];
-  if (cli_st_write(in_path, ts, NULL, err, sizeof err) != CLI_OK) fail_msg("write input: %s", err);
-}
-
-static float *floats_of(const cli_tensor *t) {
-  size_t n = cli_tensor_numel(t);
-  float *v = malloc((n ? n : 1) * sizeof *v);
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++) v[i] = (float)cli_tensor_get(t, i);
-  return v;
-}
-
-static const cli_tensor *need(const cli_tensors *ts, const char *name, ng_dtype dt, int ndim,
-                              const int64_t *shape) {
-  const cli_tensor *t = cli_tensors_find(ts, name);
-  if (!t) fail_msg("output lacks '%s'", name);
-  if (t->dtype != dt) fail_msg("output '%s' has dtype %s", name, cli_st_dtype_name(t->dtype));
-  assert_int_equal(t->ndim, ndim);
-  for (int d = 0; d < ndim; d++) assert_int_equal(t->shape[d], shape[d]);
-  return t;
-}
-
-/* Run `args` (which write out_path); it must succeed, and out_path is read into *out. */
+/* Run `args` (which write ng_cli_out); it must succeed, and ng_cli_out is read into *out. */
 static void run_ok(const char *const *args, cli_tensors *out) {
-  unlink(out_path);
-  proc p = run_cli(args);
+  unlink(ng_cli_out);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("%s %s: exit %d: %s", args[0], args[1], p.code, p.err);
-  proc_free(&p);
-  char err[512];
-  if (cli_st_read(out_path, out, err, sizeof err) != CLI_OK) fail_msg("reading output: %s", err);
+  ng_cli_proc_free(&p);
+  ng_cli_read(ng_cli_out, out);
 }
 
 static void expect_failure(const char *const *args, int code, const char *needle) {
-  unlink(out_path);
-  proc p = run_cli(args);
+  unlink(ng_cli_out);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != code) fail_msg("exit %d, expected %d; stderr: %s", p.code, code, p.err);
   if (!strstr(p.err, needle)) fail_msg("stderr does not mention '%s': %s", needle, p.err);
-  if (access(out_path, F_OK) == 0) fail_msg("a failed run created its output (%s)", needle);
-  proc_free(&p);
+  if (access(ng_cli_out, F_OK) == 0) fail_msg("a failed run created its output (%s)", needle);
+  ng_cli_proc_free(&p);
 }
 
 /* ---- groupnorm ------------------------------------------------------------------------------- */
@@ -139,15 +57,15 @@ static float *check_groupnorm(const gn_run *c) {
   float *w = ng_test_random(&rng, c->wd, C, 1.0, 0.4), *b = ng_test_random(&rng, c->wd, C, 0, 0.4);
   cli_tensors in = {0}, out = {0};
   const int64_t cs = (int64_t)C;
-  add_floats(&in, "x", c->xd, c->ndim, c->shape, x);
-  add_floats(&in, "weight", c->wd, 1, &cs, w);
-  add_floats(&in, "bias", c->wd, 1, &cs, b);
-  if (c->dy) add_floats(&in, "dy", c->xd, c->ndim, c->shape, dy);
-  write_input(&in);
+  ng_cli_add(&in, "x", c->xd, c->ndim, c->shape, x);
+  ng_cli_add(&in, "weight", c->wd, 1, &cs, w);
+  ng_cli_add(&in, "bias", c->wd, 1, &cs, b);
+  if (c->dy) ng_cli_add(&in, "dy", c->xd, c->ndim, c->shape, dy);
+  ng_cli_write(ng_cli_in, &in);
   char groups[32];
   snprintf(groups, sizeof groups, "%lld", (long long)c->groups);
-  const char *args[16] = {"run",    "groupnorm", "--in", in_path, "--out",
-                          out_path, "--groups",  groups, "--eps", "1e-5"};
+  const char *args[16] = {"run",    "groupnorm", "--in", ng_cli_in, "--out",
+                          ng_cli_out, "--groups",  groups, "--eps", "1e-5"};
   int k = 10;
   if (c->freeze_w) args[k++] = "--freeze-weight";
   if (c->freeze_b) args[k++] = "--freeze-bias";
@@ -156,9 +74,9 @@ static float *check_groupnorm(const gn_run *c) {
   const size_t want = 3 + (c->dy ? 1 + !c->freeze_w + !c->freeze_b : 0);
   if (out.count != want) fail_msg("groupnorm: %zu outputs, expected %zu", out.count, want);
   const int64_t ss[2] = {(int64_t)B, (int64_t)G};
-  float *y = floats_of(need(&out, "y", c->xd, c->ndim, c->shape));
-  float *mean = floats_of(need(&out, "mean", NG_F32, 2, ss));
-  float *rstd = floats_of(need(&out, "rstd", NG_F32, 2, ss));
+  float *y = ng_cli_floats(ng_cli_need(&out, "y", c->xd, c->ndim, c->shape));
+  float *mean = ng_cli_floats(ng_cli_need(&out, "mean", NG_F32, 2, ss));
+  float *rstd = ng_cli_floats(ng_cli_need(&out, "rstd", NG_F32, 2, ss));
   ref_groupnorm rp = {B, C, S, G, 1e-5f, c->xd, w, b};
   float *mref = malloc(nb * sizeof(float)), *rref = malloc(nb * sizeof(float));
   double *md = malloc(nb * sizeof(double)), *rd = malloc(nb * sizeof(double));
@@ -175,19 +93,19 @@ static float *check_groupnorm(const gn_run *c) {
     double *dxref = malloc(cnt * sizeof(double)), dw[64], db[64], dws[64], dbs[64], dxs = 0;
     assert_true(dxref && C <= 64);
     ref_groupnorm_backward(&rp, dy, x, mean, rstd, dxref, dw, NULL, db, NULL, dws, dbs, &dxs);
-    dxv = floats_of(need(&out, "dx", c->xd, c->ndim, c->shape));
+    dxv = ng_cli_floats(ng_cli_need(&out, "dx", c->xd, c->ndim, c->shape));
     ng_tol t = ng_tol_for(c->xd, dxref, cnt, 0);
     t.atol += 4e-6 * dxs;
     NG_ASSERT_CLOSE("groupnorm dx", dxv, dxref, cnt, t);
     if (!c->freeze_w) {
-      float *g = floats_of(need(&out, "dweight", c->wd, 1, &cs));
+      float *g = ng_cli_floats(ng_cli_need(&out, "dweight", c->wd, 1, &cs));
       ng_tol tw = ng_tol_for(c->wd, dw, C, 0);
       for (size_t i = 0; i < C; i++) tw.atol = fmax(tw.atol, 1e-5 * dws[i]);
       NG_ASSERT_CLOSE("groupnorm dweight", g, dw, C, tw);
       free(g);
     }
     if (!c->freeze_b) {
-      float *g = floats_of(need(&out, "dbias", c->wd, 1, &cs));
+      float *g = ng_cli_floats(ng_cli_need(&out, "dbias", c->wd, 1, &cs));
       ng_tol tb = ng_tol_for(c->wd, db, C, 0);
       for (size_t i = 0; i < C; i++) tb.atol = fmax(tb.atol, 1e-5 * dbs[i]);
       NG_ASSERT_CLOSE("groupnorm dbias", g, db, C, tb);
@@ -240,12 +158,13 @@ static float *check_polynorm(const pn_run *c) {
   float *w = ng_test_random(&rng, c->wd, 3, 0.3, 0.3), *b = ng_test_random(&rng, c->wd, 1, 0, 0.3);
   cli_tensors in = {0}, out = {0};
   const int64_t three = 3, one = 1;
-  add_floats(&in, "x", c->xd, c->ndim, c->shape, x);
-  add_floats(&in, "weight", c->wd, 1, &three, w);
-  add_floats(&in, "bias", c->wd, 1, &one, b);
-  if (c->dy) add_floats(&in, "dy", c->xd, c->ndim, c->shape, dy);
-  write_input(&in);
-  const char *args[16] = {"run", "polynorm", "--in", in_path, "--out", out_path, "--eps", "1e-6"};
+  ng_cli_add(&in, "x", c->xd, c->ndim, c->shape, x);
+  ng_cli_add(&in, "weight", c->wd, 1, &three, w);
+  ng_cli_add(&in, "bias", c->wd, 1, &one, b);
+  if (c->dy) ng_cli_add(&in, "dy", c->xd, c->ndim, c->shape, dy);
+  ng_cli_write(ng_cli_in, &in);
+  const char *args[16] = {"run",      "polynorm", "--in",  ng_cli_in,
+                          "--out",    ng_cli_out, "--eps", "1e-6"};
   int k = 8;
   if (c->freeze_w) args[k++] = "--freeze-weight";
   if (c->freeze_b) args[k++] = "--freeze-bias";
@@ -258,8 +177,8 @@ static float *check_polynorm(const pn_run *c) {
   for (int d = 0; d + 1 < c->ndim; d++) rshape[d] = c->shape[d];
   if (c->ndim == 1) rshape[0] = 1, rdim = 2;
   rshape[rdim - 1] = 3;
-  float *y = floats_of(need(&out, "y", c->xd, c->ndim, c->shape));
-  float *rstd = floats_of(need(&out, "rstd", NG_F32, rdim, rshape));
+  float *y = ng_cli_floats(ng_cli_need(&out, "y", c->xd, c->ndim, c->shape));
+  float *rstd = ng_cli_floats(ng_cli_need(&out, "rstd", NG_F32, rdim, rshape));
   ref_polynorm rp = {rows, n, 1e-6f, c->xd, w, b[0]};
   float *rref = malloc(rows * 3 * sizeof(float));
   double *rd = malloc(rows * 3 * sizeof(double)), *yref = malloc(cnt * sizeof(double));
@@ -275,19 +194,19 @@ static float *check_polynorm(const pn_run *c) {
     double *dxref = malloc(cnt * sizeof(double)), dw[3], db, dws[3], dbs, dxs;
     assert_non_null(dxref);
     ref_polynorm_backward(&rp, dy, x, rstd, dxref, dw, NULL, &db, NULL, dws, &dbs, &dxs);
-    dxv = floats_of(need(&out, "dx", c->xd, c->ndim, c->shape));
+    dxv = ng_cli_floats(ng_cli_need(&out, "dx", c->xd, c->ndim, c->shape));
     ng_tol t = ng_tol_for(c->xd, dxref, cnt, 0);
     t.atol += 4e-6 * dxs;
     NG_ASSERT_CLOSE("polynorm dx", dxv, dxref, cnt, t);
     if (!c->freeze_w) {
-      float *g = floats_of(need(&out, "dweight", c->wd, 1, &three));
+      float *g = ng_cli_floats(ng_cli_need(&out, "dweight", c->wd, 1, &three));
       ng_tol tw = ng_tol_for(c->wd, dw, 3, 0);
       tw.atol += 1e-5 * fmax(dws[0], fmax(dws[1], dws[2]));
       NG_ASSERT_CLOSE("polynorm dweight", g, dw, 3, tw);
       free(g);
     }
     if (!c->freeze_b) {
-      float *g = floats_of(need(&out, "dbias", c->wd, 1, &one));
+      float *g = ng_cli_floats(ng_cli_need(&out, "dbias", c->wd, 1, &one));
       ng_tol tb = ng_tol_for(c->wd, &db, 1, 0);
       tb.atol += 1e-5 * dbs;
       NG_ASSERT_CLOSE("polynorm dbias", g, &db, 1, tb);
@@ -323,10 +242,10 @@ static void write_case(ng_dtype xd, int xdim, const int64_t *xs, ng_dtype wd, in
   float v[256];
   for (int i = 0; i < 256; i++) v[i] = 0.01f * (float)i;
   assert_int_equal(cli_tensors_add(&in, "x", xd, xdim, xs, NULL), 0);
-  add_floats(&in, "weight", wd, 1, &wn, v);
-  add_floats(&in, "bias", bd, 1, &bn, v);
+  ng_cli_add(&in, "weight", wd, 1, &wn, v);
+  ng_cli_add(&in, "bias", bd, 1, &bn, v);
   if (with_dy) assert_int_equal(cli_tensors_add(&in, "dy", NG_F32, xdim, xs, NULL), 0);
-  write_input(&in);
+  ng_cli_write(ng_cli_in, &in);
   cli_tensors_free(&in);
 }
 
@@ -334,9 +253,11 @@ static void test_usage_errors(void **state) {
   (void)state;
   const int64_t x4[3] = {2, 4, 8}, x1[1] = {8};
 #define GN(...)                                                                                    \
-  ((const char *const[]){"run", "groupnorm", "--in", in_path, "--out", out_path, __VA_ARGS__, NULL})
+  ((const char *const[]){"run", "groupnorm", "--in", ng_cli_in, "--out", ng_cli_out, __VA_ARGS__,   \
+                         NULL})
 #define PN(...)                                                                                    \
-  ((const char *const[]){"run", "polynorm", "--in", in_path, "--out", out_path, __VA_ARGS__, NULL})
+  ((const char *const[]){"run", "polynorm", "--in", ng_cli_in, "--out", ng_cli_out, __VA_ARGS__,    \
+                         NULL})
   write_case(NG_F32, 3, x4, NG_F32, 4, NG_F32, 4, false);
   expect_failure(GN("--eps", "1e-5"), 2, "--groups");
   expect_failure(GN("--groups", "3"), 2, "does not divide");
@@ -354,12 +275,12 @@ static void test_usage_errors(void **state) {
   assert_int_equal(cli_tensors_add(&in, "x", NG_F32, 3, x4, NULL), 0);
   const int64_t four = 4, three = 3;
   assert_int_equal(cli_tensors_add(&in, "weight", NG_F32, 1, &four, NULL), 0);
-  write_input(&in);
+  ng_cli_write(ng_cli_in, &in);
   cli_tensors_free(&in);
   expect_failure(GN("--groups", "2"), 2, "bias");
   assert_int_equal(cli_tensors_add(&in, "x", NG_F32, 3, x4, NULL), 0);
   assert_int_equal(cli_tensors_add(&in, "weight", NG_F32, 1, &three, NULL), 0);
-  write_input(&in);
+  ng_cli_write(ng_cli_in, &in);
   cli_tensors_free(&in);
   expect_failure(PN("--eps", "1e-6"), 2, "bias");
   /* polynorm: weight [4], bias [2], bias dtype, a stray tensor */
@@ -384,7 +305,7 @@ static void check_bench(const char *op, const char *pass, bool frozen_w, bool fr
   if (frozen_w) args[k++] = "--freeze-weight";
   if (frozen_b) args[k++] = "--freeze-bias";
   args[k] = NULL;
-  proc p = run_cli(args);
+  ng_cli_proc p = ng_cli_run(args);
   if (p.code != 0) fail_msg("bench %s: exit %d: %s", op, p.code, p.err);
   cJSON *j = cJSON_Parse(p.out);
   if (!cJSON_IsObject(j)) fail_msg("bench --json did not print a JSON object: %s", p.out);
@@ -397,7 +318,7 @@ static void check_bench(const char *op, const char *pass, bool frozen_w, bool fr
     fail_msg("bench %s %s: bytes %.0f, expected %.0f", op, pass, bytes, want_bytes);
   assert_true(cJSON_GetObjectItemCaseSensitive(j, "gbps")->valuedouble > 0);
   cJSON_Delete(j);
-  proc_free(&p);
+  ng_cli_proc_free(&p);
 }
 
 static void test_bench(void **state) {
@@ -411,29 +332,16 @@ static void test_bench(void **state) {
   const double pr = 64 * 12;
   check_bench("polynorm", "backward", true, false, 3 * x + 12 + pr + 4);
   /* --groups must divide the rows (channels) */
-  proc p = run_cli((const char *const[]){"bench", "groupnorm", "--rows", "64", "--hidden", "8",
-                                         "--dtype", "f32", "--groups", "5", NULL});
+  ng_cli_proc p = ng_cli_run((const char *const[]){"bench", "groupnorm", "--rows", "64",
+                                                   "--hidden", "8", "--dtype", "f32", "--groups",
+                                                   "5", NULL});
   assert_int_equal(p.code, 2);
   assert_non_null(strstr(p.err, "--groups"));
-  proc_free(&p);
+  ng_cli_proc_free(&p);
 }
 
 int main(void) {
-  cli_path = getenv("NORMGRAD_CLI");
-  if (!cli_path || access(cli_path, X_OK) != 0) {
-    fprintf(stderr, "NORMGRAD_CLI must name the normgrad-cli binary (run through CTest)\n");
-    return 1;
-  }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(base_dir, sizeof base_dir, "%s/ng-test-cli-gp-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(base_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
-  snprintf(in_path, sizeof in_path, "%s/in.safetensors", base_dir);
-  snprintf(out_path, sizeof out_path, "%s/out.safetensors", base_dir);
-  snprintf(log_out, sizeof log_out, "%s/stdout", base_dir);
-  snprintf(log_err, sizeof log_err, "%s/stderr", base_dir);
+  if (ng_cli_test_init("cli-gp")) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_groupnorm_run),
       cmocka_unit_test(test_polynorm_run),
@@ -441,8 +349,6 @@ int main(void) {
       cmocka_unit_test(test_bench),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
-  const char *files[] = {in_path, out_path, log_out, log_err};
-  for (size_t i = 0; i < NG_ARRAY_LEN(files); i++) unlink(files[i]);
-  rmdir(base_dir);
+  ng_cli_test_cleanup();
   return failed;
 }

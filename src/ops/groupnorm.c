@@ -87,7 +87,7 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "DTYPE", x_dtype);
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
-  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_nv_opts(o, l);
   ng_opts_add(o, "BWD", bwd);
 }
 

@@ -45,7 +45,8 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
                       ng_vec_aligned(ctx, weight, p->n, 8) && ng_vec_aligned(ctx, bias, p->n, 8);
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
+  const ng_row_launch l =
+      ng_choose_row_launch_k(ctx, "layernorm.fwd", p->rows, p->n, vec_ok, NG_ROWS_FWD);
   ng_opts o;
   ng_opts_init(&o);
   ng_row_opts(&o, &l, x.dtype, weight);
@@ -80,8 +81,10 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
   /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
-  const ng_row_launch l8 = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
-  const ng_row_launch l1 = ng_choose_row_launch(ctx, p->rows, p->n, false, true);
+  const ng_row_launch l8 =
+      ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true, NG_ROWS_BWD_DW);
+  const ng_row_launch l1 =
+      ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, false, NG_ROWS_BWD_DW);
   const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
   if (ng_mul_overflows(groups * 4 * sections, p->n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
@@ -124,7 +127,9 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
   if (partials && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* with both frozen there are no partials, so the forward's larger grid may be used */
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, partials);
+  const ng_row_launch l = ng_choose_row_launch_k(
+      ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
+      partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   const size_t scratch_bytes = (size_t)l.groups * 4 * sections * p->n;
   ng_opts o;

@@ -28,7 +28,7 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "DTYPE", x_dtype);
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
-  if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
+  ng_nv_opts(o, l);
   ng_opts_add(o, "BWD", bwd);
   if (!bwd) return;
   ng_opts_add(o, "COMPUTE_DW", dw);
@@ -38,7 +38,7 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
 /* The row launch, the same for forward, backward and the scratch query (the group count, which
  * sizes the partials, does not depend on alignment). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok) {
-  return ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
+  return ng_choose_row_launch_k(ctx, "polynorm", p->rows, p->n, vec_ok, false);
 }
 
 ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,

@@ -74,7 +74,9 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                 ng_vec_aligned(ctx, weight, p->n, 8);
   if (fused) vec_ok = vec_ok && ng_vec_aligned(ctx, residual, p->n, 8) &&
                       ng_vec_aligned(ctx, sum, p->n, 8);
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, false);
+  const ng_row_launch l =
+      ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", p->rows, p->n,
+                             vec_ok, false);
   ng_opts o;
   fwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, fused);
   cl_program prog;
@@ -112,8 +114,14 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                      nwait, wait, event);
 }
 
+/* The tuned-table kind of a backward launch. */
+static const char *rms_kind(bool fused, bool compute_dw) {
+  if (fused) return compute_dw ? "fused-add-rmsnorm.bwd" : "fused-add-rmsnorm.bwd_frozen";
+  return compute_dw ? "rmsnorm.bwd" : "rmsnorm.bwd_frozen";
+}
+
 static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int compute_dweight,
-                              size_t *bytes) {
+                              size_t *bytes, bool fused) {
   if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
   size_t count;
   ng_status s = ng_check_rows(p->rows, p->n, &count);
@@ -121,8 +129,9 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
   /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
-  const ng_row_launch l8 = ng_choose_row_launch(ctx, p->rows, p->n, true, true);
-  const ng_row_launch l1 = ng_choose_row_launch(ctx, p->rows, p->n, false, true);
+  const char *kind = rms_kind(fused, true);
+  const ng_row_launch l8 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, true, NG_ROWS_BWD_DW);
+  const ng_row_launch l1 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, false, NG_ROWS_BWD_DW);
   const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
   if (ng_mul_overflows(groups * 4, p->n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
@@ -132,12 +141,13 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
                                            int compute_dweight, size_t *bytes) {
   ng_clear_detail();
-  return scratch_size(ctx, p, compute_dweight, bytes);
+  return scratch_size(ctx, p, compute_dweight, bytes, false);
 }
 
 /* Backward; `x` is the normalized input (s for the fused op), ds_out (optional) is added to dx. */
 static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
-                              const char *x_name, ng_tensor dy, ng_tensor ds_out, ng_tensor x,
+                              bool fused, const char *x_name, ng_tensor dy, ng_tensor ds_out,
+                              ng_tensor x,
                               ng_tensor weight, ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
                               unsigned flags, ng_tensor scratch, cl_uint nwait,
                               const cl_event *wait, cl_event *event) {
@@ -167,7 +177,9 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid */
-  const ng_row_launch l = ng_choose_row_launch(ctx, p->rows, p->n, vec_ok, compute_dw);
+  const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw),
+                                                p->rows, p->n, vec_ok,
+                                                compute_dw ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
   const size_t scratch_bytes = compute_dw ? (size_t)l.groups * 4 * p->n : 0;
   ng_opts o;
   bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds);
@@ -206,7 +218,7 @@ ng_status ng_rmsnorm_backward(ng_context *ctx, cl_command_queue queue, const ng_
                               ng_tensor dx, ng_tensor dweight, unsigned flags, ng_tensor scratch,
                               cl_uint nwait, const cl_event *wait, cl_event *event) {
   ng_clear_detail();
-  return rms_backward(ctx, queue, p, "x", dy, ng_tensor_none(), x, weight, rstd, dx, dweight,
+  return rms_backward(ctx, queue, p, false, "x", dy, ng_tensor_none(), x, weight, rstd, dx, dweight,
                       flags, scratch, nwait, wait, event);
 }
 
@@ -236,7 +248,7 @@ ng_status ng_fused_add_rmsnorm_backward(ng_context *ctx, cl_command_queue queue,
   ng_clear_detail();
   if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
   const ng_rmsnorm_params rp = as_rms(p);
-  return rms_backward(ctx, queue, &rp, "s", dy, ds_out, s, weight, rstd, dx, dweight, flags,
+  return rms_backward(ctx, queue, &rp, true, "s", dy, ds_out, s, weight, rstd, dx, dweight, flags,
                       scratch, nwait, wait, event);
 }
 
@@ -246,7 +258,7 @@ ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
   ng_clear_detail();
   if (!p) return ng_fail(NG_ERR_NULL_HANDLE, "params is NULL");
   const ng_rmsnorm_params rp = as_rms(p);
-  return scratch_size(ctx, &rp, compute_dweight, bytes);
+  return scratch_size(ctx, &rp, compute_dweight, bytes, true);
 }
 
 /* Every program the RMSNorm (or, with `fused`, the fused add + RMSNorm) calls can pick on this device: x dtype × (no weight, or a weight
@@ -261,7 +273,9 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
     for (int aligned = 1; aligned >= 0; aligned--)
       for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
         const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                                     pass == 2);
+                                                     pass == 0   ? NG_ROWS_FWD
+                                                     : pass == 1 ? NG_ROWS_BWD_FROZEN
+                                                                 : NG_ROWS_BWD_DW);
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */

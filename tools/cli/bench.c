@@ -2,6 +2,7 @@
  * times of its kernels, and measures the device's copy bandwidth in the same run so the result
  * can be read as a fraction of what the memory system delivers. */
 #include "cli.h"
+#include "progress.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -76,6 +77,8 @@ static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, char *er
     goto done;
   }
   const size_t global = bytes / 16;
+  cli_progress pr;
+  cli_progress_begin(&pr, COPY_REPS + 2, "bench: copy bandwidth");
   for (int r = -2; r < COPY_REPS; r++) { /* two untimed warm-up runs */
     cl_event ev = NULL;
     cl_ulong a = 0, b = 0;
@@ -87,11 +90,14 @@ static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, char *er
       e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
     if (ev) clReleaseEvent(ev);
     if (e != CL_SUCCESS) {
+      cli_progress_end(&pr);
       snprintf(err, errlen, "copy benchmark: kernel run or profiling failed: %d", e);
       goto done;
     }
     if (r >= 0) t[r] = (double)(b - a);
+    cli_progress_step(&pr, 1);
   }
+  cli_progress_end(&pr);
   const double ns = median(t, COPY_REPS);
   *gbps = ns > 0 ? 2.0 * (double)bytes / ns : 0.0; /* read + written, bytes per ns = GB/s */
   rc = CLI_OK;
@@ -148,6 +154,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   char err[1024] = "";
   cli_device_desc dev;
   cli_describe_device(env->device, &dev);
+  cli_progress_enable(!json); /* --json output is for programs: no decoration anywhere */
 
   cli_bench_case cases[4];
   memset(cases, 0, sizeof cases);
@@ -202,12 +209,18 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       goto out;
     }
   }
+  char label[160];
+  cli_progress pr;
+  snprintf(label, sizeof label, "bench %s %s: warm-up", op->name, c->pass);
+  cli_progress_begin(&pr, WARMUP, label);
   double ns = 0, t0 = now_s();
   for (unsigned r = 0; r < WARMUP && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, r, &ns, &kernels);
     if (s == NG_SUCCESS && sub)
       s = timed_run(env, &subc, state, flush, flush_bytes, r, &ns, &sub_kernels);
+    cli_progress_step(&pr, 1);
   }
+  cli_progress_end(&pr);
   if (s != NG_SUCCESS) goto failed;
   const double per_rep = (now_s() - t0) / WARMUP;
   reps = per_rep > 0 ? (unsigned)fmin(MAX_REPS, BUDGET_S / per_rep) : MAX_REPS;
@@ -219,11 +232,15 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
     goto out;
   }
   /* The second measurement alternates with the first, so both see the same device state. */
+  snprintf(label, sizeof label, "bench %s %s: timing", op->name, c->pass);
+  cli_progress_begin(&pr, reps, label);
   for (unsigned r = 0; r < reps && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, WARMUP + r, &t[r], &kernels);
     if (s == NG_SUCCESS && sub)
       s = timed_run(env, &subc, state, flush, flush_bytes, WARMUP + r, &ts[r], &sub_kernels);
+    cli_progress_step(&pr, 1);
   }
+  cli_progress_end(&pr);
   if (s != NG_SUCCESS) goto failed;
 
   {

@@ -85,11 +85,19 @@ typedef struct cli_bench_spec {
   bool freeze_weight, freeze_bias;
 } cli_bench_spec;
 
+/* A buffer a pass writes (for `tune`, which checks every candidate's outputs). */
+typedef struct cli_bench_output {
+  cl_mem mem; /* NULL = unused slot */
+  size_t count;
+  ng_dtype dtype;
+} cli_bench_output;
+
 typedef struct cli_bench_case {
   const char *pass; /* "forward", "backward", … */
   double bytes;     /* bytes the pass must move: every input read once, every output written once */
   /* Enqueue one pass on env->queue. Returns an ng_status. */
   ng_status (*run)(cli_env *env, void *state);
+  cli_bench_output out[3]; /* what the pass writes (optional; `tune` needs it) */
 } cli_bench_case;
 
 /* ---- one op family ----------------------------------------------------------------------------- */
@@ -134,6 +142,9 @@ typedef struct cli_command {
 /* `cache list|clear|prebuild` (cache_cmd.c): its function and usage text for the table. */
 int cli_cmd_cache(int argc, char **argv);
 extern const char cli_cache_usage[];
+/* `tune OP` (tune.c). */
+int cli_cmd_tune(int argc, char **argv);
+extern const char cli_tune_usage[];
 
 /* Print "normgrad-cli: <message>\n" on stderr; returns `code` so callers can `return cli_error(…)`. */
 int cli_error(int code, const char *fmt, ...)

@@ -2,6 +2,7 @@
  * The contract (subcommands, options, tensor names, exit codes) is SPEC.md's "normgrad-cli
  * contract"; docs/cli.md is the user's page. */
 #include "cli.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <float.h>
@@ -16,6 +17,7 @@
 bool cli_parse_only = false;
 
 int cli_error(int code, const char *fmt, ...) {
+  cli_progress_clear(); /* never append the message to a progress line */
   va_list ap;
   va_start(ap, fmt);
   fputs("normgrad-cli: ", stderr);
@@ -556,6 +558,8 @@ static const cli_command commands[] = {
      "Checks FILE like `run` does and prints each tensor's name, dtype and shape, with the\n"
      "minimum, maximum and mean of its finite values (and the count of NaN/Inf ones).\n"},
     {"cache", cli_cmd_cache, "list, clear or fill the on-disk program cache", cli_cache_usage},
+    {"tune", cli_cmd_tune, "search an op's launch parameters and store the fastest",
+     cli_tune_usage},
     {"help", cmd_help, "help for a subcommand", "usage: normgrad-cli help [SUBCOMMAND]\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -596,19 +600,25 @@ static int cmd_help(int argc, char **argv) {
   return CLI_OK;
 }
 
+/* Every subcommand's exit goes through here: output that could not be written (a full disk, a
+ * closed pipe) is a failure, not a success with a truncated result. */
+static int finish(int rc) {
+  if (fflush(stdout) != 0 && rc == CLI_OK) return cli_error(CLI_USAGE, "cannot write stdout");
+  return rc;
+}
+
 int cli_main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;
   }
   const char *a1 = argv[1];
-  if (!strcmp(a1, "--help") || !strcmp(a1, "-h")) {
-    usage(stdout);
-    return CLI_OK;
-  }
+  if (!strcmp(a1, "--help") || !strcmp(a1, "-h")) /* `--help SUB` is `help SUB` */
+    return finish(cmd_help(argc - 1, argv + 1));
   if (!strcmp(a1, "--version")) {
+    if (argc > 2) return cli_error(CLI_USAGE, "--version: unexpected argument '%s'", argv[2]);
     printf("normgrad-cli %s (library %s)\n", NG_VERSION_STRING, ng_version_string());
-    return CLI_OK;
+    return finish(CLI_OK);
   }
   const cli_command *c = find_command(a1);
   if (!c) {
@@ -619,10 +629,8 @@ int cli_main(int argc, char **argv) {
     if (!strcmp(argv[i], "--")) break;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(c->usage, stdout);
-      return CLI_OK;
+      return finish(CLI_OK);
     }
   }
-  int rc = c->fn(argc - 1, argv + 1);
-  if (fflush(stdout) != 0 && rc == CLI_OK) return cli_error(CLI_USAGE, "cannot write stdout");
-  return rc;
+  return finish(c->fn(argc - 1, argv + 1));
 }

@@ -247,12 +247,10 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   const double x = (double)(R * H * es), w = 4.0 * (double)(V * H), tgt = 4.0 * (double)R;
   const double bias = 4.0 * (double)V, l = 4.0 * (double)(none ? 2 * R : 1);
   const double mnk = 2.0 * (double)R * (double)V * (double)H;
-  cases[0] = (cli_bench_case){"forward", x + w + tgt + bias + l, bench_fwd};
+  cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + w + tgt + bias + l, .run = bench_fwd};
   b->more[0].flops = mnk;
-  cases[1] = (cli_bench_case){"backward",
-                              x + w + tgt + bias + l + (want_dx ? x : 0) + (want_dw ? w : 0) +
-                                  (want_db ? bias : 0),
-                              bench_bwd};
+  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + w + tgt + bias + l + (want_dx ? x : 0) + (want_dw ? w : 0) +
+                                  (want_db ? bias : 0), .run = bench_bwd};
   b->more[1].flops = mnk * (1 + want_dx + want_dw);
   b->more[1].sub_pass = "gemms";
   b->more[1].sub_run = bench_gemms;

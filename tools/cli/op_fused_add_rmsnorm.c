@@ -167,8 +167,13 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   const double x = (double)xb, w = 4.0 * (double)N, r = 4.0 * (double)R;
   /* forward: x + residual + weight in, y + s + rstd out; backward: dy + ds_out + s + weight +
    * rstd in, dx (+ dweight) out */
-  cases[0] = (cli_bench_case){"forward", x + x + w + x + x + r, bench_fwd};
-  cases[1] = (cli_bench_case){"backward", x + x + x + w + r + x + (b->frozen ? 0 : w), bench_bwd};
+  cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + x + w + x + x + r, .run = bench_fwd};
+  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + x + w + r + x + (b->frozen ? 0 : w), .run = bench_bwd};
+  cases[0].out[0] = (cli_bench_output){b->y, R * N, spec->dtype};
+  cases[0].out[1] = (cli_bench_output){b->s, R * N, spec->dtype};
+  cases[0].out[2] = (cli_bench_output){b->rstd, R, NG_F32};
+  cases[1].out[0] = (cli_bench_output){b->dx, R * N, spec->dtype};
+  cases[1].out[1] = (cli_bench_output){b->dw, N, NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;

@@ -184,9 +184,8 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
       (bbytes && !(g->bscratch = cli_alloc(env, bbytes, err, errlen))))
     goto fail;
   const double x = (double)xb, w = 4.0 * (double)C, st = 2 * 4.0 * (double)G;
-  cases[0] = (cli_bench_case){"forward", x + 2 * w + x + st, bench_fwd};
-  cases[1] = (cli_bench_case){
-      "backward", x + x + w + st + x + (g->frozen_w ? 0 : w) + (g->frozen_b ? 0 : w), bench_bwd};
+  cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + 2 * w + x + st, .run = bench_fwd};
+  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + w + st + x + (g->frozen_w ? 0 : w) + (g->frozen_b ? 0 : w), .run = bench_bwd};
   *ncases = 2;
   *state = g;
   return CLI_OK;

@@ -165,10 +165,14 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   const double x = (double)xb, w = 4.0 * (double)N, r = 4.0 * (double)R;
   /* forward: x + weight + bias in, y + mean + rstd out; backward: dy + x + weight + mean + rstd
    * in (the bias is not read), dx (+ dweight, + dbias) out */
-  cases[0] = (cli_bench_case){"forward", x + w + w + x + r + r, bench_fwd};
-  cases[1] = (cli_bench_case){"backward",
-                              x + x + w + r + r + x + (b->frozen_w ? 0 : w) + (b->frozen_b ? 0 : w),
-                              bench_bwd};
+  cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + w + w + x + r + r, .run = bench_fwd};
+  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + w + r + r + x + (b->frozen_w ? 0 : w) + (b->frozen_b ? 0 : w), .run = bench_bwd};
+  cases[0].out[0] = (cli_bench_output){b->y, R * N, spec->dtype};
+  cases[0].out[1] = (cli_bench_output){b->rstd, R, NG_F32};
+  cases[0].out[2] = (cli_bench_output){b->mean, R, NG_F32};
+  cases[1].out[0] = (cli_bench_output){b->dx, R * N, spec->dtype};
+  cases[1].out[1] = (cli_bench_output){b->dw, N, NG_F32};
+  cases[1].out[2] = (cli_bench_output){b->db, N, NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;

@@ -137,8 +137,12 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
       (sbytes && !(b->scratch = cli_alloc(env, sbytes, err, errlen))))
     goto fail;
   const double x = (double)xb, w = 4.0 * (double)N, r = 4.0 * (double)R;
-  cases[0] = (cli_bench_case){"forward", x + w + x + r, bench_fwd};
-  cases[1] = (cli_bench_case){"backward", x + x + w + r + x + (b->frozen ? 0 : w), bench_bwd};
+  cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + w + x + r, .run = bench_fwd};
+  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + w + r + x + (b->frozen ? 0 : w), .run = bench_bwd};
+  cases[0].out[0] = (cli_bench_output){b->y, R * N, b->xd};
+  cases[0].out[1] = (cli_bench_output){b->rstd, R, NG_F32};
+  cases[1].out[0] = (cli_bench_output){b->dx, R * N, b->xd};
+  cases[1].out[1] = (cli_bench_output){b->dw, N, NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;

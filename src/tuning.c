@@ -1,0 +1,257 @@
+/* Launch-parameter overrides from the environment: NORMGRAD_TUNE="wg=512,reg=1,groups=264,
+ * vec=8,prefetch=2" applies ng_context_override to every context the process creates, so a
+ * tuning experiment needs no rebuild of the application (docs/tuning.md). */
+#include "ng_internal.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  ng_tune what;
+} tune_names[] = {{"wg", NG_TUNE_WORKGROUP},   {"groups", NG_TUNE_GROUPS},
+                  {"vec", NG_TUNE_VECTOR},     {"reg", NG_TUNE_REG_COLS},
+                  {"prefetch", NG_TUNE_PREFETCH}, {"table", NG_TUNE_TABLE}};
+
+ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *origin) {
+  const char *p = spec;
+  while (p && *p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[64];
+    if (len == 0 || len >= sizeof item)
+      return ng_fail(NG_ERR_INVALID_VALUE, "%s: malformed item in '%s'", origin, spec);
+    memcpy(item, p, len);
+    item[len] = '\0';
+    char *eq = strchr(item, '=');
+    if (!eq) return ng_fail(NG_ERR_INVALID_VALUE, "%s: '%s' is not NAME=VALUE", origin, item);
+    *eq = '\0';
+    char *stop = NULL;
+    unsigned long v = strtoul(eq + 1, &stop, 10);
+    if (eq[1] == '\0' || *stop != '\0' || v > 0xffffffffUL)
+      return ng_fail(NG_ERR_INVALID_VALUE, "%s: '%s' is not a number", origin, eq + 1);
+    size_t k = 0;
+    while (k < sizeof tune_names / sizeof tune_names[0] && strcmp(tune_names[k].name, item)) k++;
+    if (k == sizeof tune_names / sizeof tune_names[0])
+      return ng_fail(NG_ERR_INVALID_VALUE,
+                     "%s: unknown name '%s' (wg, groups, vec, reg, prefetch, table)", origin, item);
+    ng_status s = ng_context_override(ctx, tune_names[k].what, (unsigned)v);
+    if (s != NG_SUCCESS) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", ng_last_error_detail());
+      return ng_fail(s, "%s: %s", origin, why);
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return NG_SUCCESS;
+}
+
+ng_status ng_tune_from_env(ng_context *ctx) {
+  const char *v = getenv("NORMGRAD_TUNE");
+  if (!v || !*v) return NG_SUCCESS;
+  return ng_tune_apply_string(ctx, v, "NORMGRAD_TUNE");
+}
+
+/* ---- the tuned-parameter table ------------------------------------------------------------------
+ * `<cache folder>/tuning.txt`, written by ng_tuning_store (normgrad-cli tune) and read when a
+ * context is created. One line per device, kernel kind and row-length bucket (floor(log2 n)):
+ *   ng-tune-1 DEVICE-ID KIND LOG2N wg=.. groups=.. vec=.. reg=.. prefetch=..  # comment
+ * DEVICE-ID hashes the platform, device and driver (the disk cache's device key), so a driver
+ * update retires old entries. Lines that do not parse, or name values the device cannot take,
+ * are ignored: a damaged file costs speed, never a failed call. */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const tuned_kinds[] = {
+    "rmsnorm.fwd",   "rmsnorm.bwd",   "rmsnorm.bwd_frozen",   "fused-add-rmsnorm.fwd",
+    "fused-add-rmsnorm.bwd", "fused-add-rmsnorm.bwd_frozen", "layernorm.fwd", "layernorm.bwd",
+    "layernorm.bwd_frozen", "polynorm"};
+
+static int kind_index(const char *kind) {
+  for (size_t i = 0; i < NG_ARRAY_LEN(tuned_kinds); i++)
+    if (kind && !strcmp(kind, tuned_kinds[i])) return (int)i;
+  return -1;
+}
+
+static unsigned log2_floor(size_t n) {
+  unsigned b = 0;
+  while (n > 1) {
+    n >>= 1;
+    b++;
+  }
+  return b;
+}
+
+static void device_id(const ng_context *ctx, char out[17]) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
+  for (const char *p = ctx->disk.device_key ? ctx->disk.device_key : ctx->info.name; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+static char *tuning_path(const char *dir) {
+  size_t len = strlen(dir) + sizeof "/tuning.txt";
+  char *p = malloc(len);
+  if (p) snprintf(p, len, "%s/tuning.txt", dir);
+  return p;
+}
+
+/* Parse one line; true when it is an entry for device `id` with valid values. */
+static bool parse_line(const ng_context *ctx, const char *line, const char *id, int *kind,
+                       unsigned *log2n, unsigned v[NG_TUNE_SLOTS]) {
+  char dev[32], kname[40];
+  int used = 0;
+  if (sscanf(line, "ng-tune-1 %31s %39s %u%n", dev, kname, log2n, &used) != 3) return false;
+  if (strcmp(dev, id) || (*kind = kind_index(kname)) < 0 || *log2n > 40) return false;
+  memset(v, 0, sizeof(unsigned) * NG_TUNE_SLOTS);
+  const char *p = line + used;
+  for (;;) {
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p || *p == '#' || *p == '\n' || *p == '\r') break;
+    char name[16];
+    unsigned val;
+    int u = 0;
+    if (sscanf(p, "%15[a-z]=%u%n", name, &val, &u) != 2) return false;
+    p += u;
+    size_t k = 0;
+    while (k < NG_ARRAY_LEN(tune_names) && strcmp(tune_names[k].name, name)) k++;
+    if (k == NG_ARRAY_LEN(tune_names)) return false;
+    v[tune_names[k].what] = val;
+  }
+  const unsigned wg = v[NG_TUNE_WORKGROUP];
+  if (wg && ((wg & (wg - 1)) || wg > ctx->info.max_wg)) return false;
+  if (v[NG_TUNE_VECTOR] && v[NG_TUNE_VECTOR] != 1 && v[NG_TUNE_VECTOR] != 8) return false;
+  const unsigned r = v[NG_TUNE_REG_COLS];
+  if (r && r != 1 && r != 2 && r != 4) return false;
+  if (v[NG_TUNE_PREFETCH] > 2) return false;
+  return true;
+}
+
+static bool owned_private_file(FILE *f) {
+  struct stat st;
+  return fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+         (st.st_mode & 022) == 0;
+}
+
+void ng_tuning_load(ng_context *ctx) {
+  free(ctx->tuned);
+  ctx->tuned = NULL;
+  ctx->n_tuned = 0;
+  if (!ctx->disk.dir) return;
+  char *path = tuning_path(ctx->disk.dir);
+  FILE *f = path ? fopen(path, "r") : NULL;
+  free(path);
+  if (!f) return;
+  if (!owned_private_file(f)) {
+    fclose(f);
+    return;
+  }
+  char id[17], line[512];
+  device_id(ctx, id);
+  while (fgets(line, sizeof line, f)) {
+    ng_tuned_entry e;
+    int kind;
+    if (!parse_line(ctx, line, id, &kind, &e.log2n, e.v)) continue;
+    e.kind = kind;
+    ng_tuned_entry *grown = realloc(ctx->tuned, (ctx->n_tuned + 1) * sizeof *grown);
+    if (!grown) break;
+    ctx->tuned = grown;
+    /* a later line for the same key wins */
+    size_t i = 0;
+    while (i < ctx->n_tuned && !(ctx->tuned[i].kind == e.kind && ctx->tuned[i].log2n == e.log2n))
+      i++;
+    ctx->tuned[i] = e;
+    if (i == ctx->n_tuned) ctx->n_tuned++;
+  }
+  fclose(f);
+}
+
+bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]) {
+  if (!kind || ctx->tune[NG_TUNE_TABLE] == 1) return false;
+  const int k = kind_index(kind);
+  const unsigned b = log2_floor(n ? n : 1);
+  for (size_t i = 0; i < ctx->n_tuned; i++)
+    if (ctx->tuned[i].kind == k && ctx->tuned[i].log2n == b) {
+      memcpy(v, ctx->tuned[i].v, sizeof(unsigned) * NG_TUNE_SLOTS);
+      return true;
+    }
+  return false;
+}
+
+ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const unsigned *values,
+                          const char *comment) {
+  ng_clear_detail();
+  if (!ctx || !values) return ng_fail(NG_ERR_NULL_HANDLE, "ctx or values is NULL");
+  if (kind_index(kind) < 0)
+    return ng_fail(NG_ERR_INVALID_VALUE, "unknown kernel kind '%s'", kind ? kind : "(null)");
+  if (n == 0) return ng_fail(NG_ERR_INVALID_VALUE, "row length is 0");
+  char line[512], id[17];
+  device_id(ctx, id);
+  int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u", id, kind, log2_floor(n));
+  for (size_t k = 0; k < NG_ARRAY_LEN(tune_names); k++)
+    if (values[tune_names[k].what])
+      len += snprintf(line + len, sizeof line - (size_t)len, " %s=%u", tune_names[k].name,
+                      values[tune_names[k].what]);
+  len += snprintf(line + len, sizeof line - (size_t)len, "  # %s, n=%zu%s%s\n", ctx->info.name, n,
+                  comment ? ", " : "", comment ? comment : "");
+  if (len <= 0 || (size_t)len >= sizeof line)
+    return ng_fail(NG_ERR_INVALID_VALUE, "tuning comment too long");
+  {
+    int kk;
+    unsigned b, v[NG_TUNE_SLOTS];
+    if (!parse_line(ctx, line, id, &kk, &b, v))
+      return ng_fail(NG_ERR_INVALID_VALUE, "values the device cannot take");
+  }
+  pthread_mutex_lock(&ctx->lock);
+  char *dir = ctx->disk.dir ? strdup(ctx->disk.dir) : NULL;
+  pthread_mutex_unlock(&ctx->lock);
+  if (!dir) return ng_fail(NG_ERR_INVALID_VALUE, "the context has no cache folder");
+  ng_status s = NG_SUCCESS;
+  char *path = tuning_path(dir), *tmp = NULL;
+  FILE *in = NULL, *out = NULL;
+  if (!path || !(tmp = malloc(strlen(path) + 32))) {
+    s = ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "path");
+    goto done;
+  }
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    s = ng_fail(NG_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
+    goto done;
+  }
+  snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || !(out = fdopen(fd, "w"))) {
+    if (fd >= 0) close(fd);
+    s = ng_fail(NG_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  /* keep every other line; drop this key's older entry */
+  char key[128];
+  snprintf(key, sizeof key, "ng-tune-1 %s %s %u ", id, kind, log2_floor(n));
+  bool header = false;
+  if ((in = fopen(path, "r")) != NULL) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, in)) {
+      if (!strncmp(buf, key, strlen(key))) continue;
+      if (buf[0] == '#') header = true;
+      fputs(buf, out);
+    }
+    fclose(in);
+  }
+  if (!header)
+    fputs("# normgrad tuned launch parameters (normgrad-cli tune, docs/tuning.md)\n", out);
+  fputs(line, out);
+  if (fflush(out) != 0 || fsync(fileno(out)) != 0) s = ng_fail(NG_ERR_IO, "writing %s", tmp);
+  if (fclose(out) != 0 && s == NG_SUCCESS) s = ng_fail(NG_ERR_IO, "writing %s", tmp);
+  if (s == NG_SUCCESS && rename(tmp, path) != 0)
+    s = ng_fail(NG_ERR_IO, "cannot rename %s: %s", tmp, strerror(errno));
+  if (s != NG_SUCCESS) unlink(tmp);
+done:
+  free(dir);
+  free(path);
+  free(tmp);
+  return s;
+}

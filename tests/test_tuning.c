@@ -1,0 +1,189 @@
+/* The tuned-parameter table (tuning.txt) and NORMGRAD_TUNE: what ng_tuning_store writes, later
+ * contexts on the device use (seen through the RMSNorm scratch size, which is groups·4·n bytes);
+ * overrides beat the table; NG_TUNE_TABLE=1 ignores it; damaged, foreign or unsafe lines are
+ * ignored, never fatal; a malformed NORMGRAD_TUNE fails context creation with a clear status. */
+#include "common/ng_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static ng_context *fresh(void) {
+  ng_test_env *e = ng_test_env_get();
+  ng_context *c = NULL;
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  return c;
+}
+
+static size_t scratch(ng_context *c, size_t n) {
+  ng_rmsnorm_params p = {4096, n, 1e-6f, 0.0f, NG_CAST_LLAMA};
+  size_t b = 0;
+  NG_OK(ng_rmsnorm_backward_scratch_size(c, &p, 1, &b));
+  return b;
+}
+
+static void tuning_path(char *buf, size_t len) { snprintf(buf, len, "%s/tuning.txt", dir); }
+
+static int setup(void **st) {
+  (void)st;
+  snprintf(dir, sizeof dir, "/tmp/ng-tuning-%ld", (long)getpid());
+  setenv("NORMGRAD_CACHE_DIR", dir, 1);
+  unsetenv("NORMGRAD_TUNE");
+  return 0;
+}
+
+static int teardown(void **st) {
+  (void)st;
+  char p[300];
+  tuning_path(p, sizeof p);
+  unlink(p);
+  rmdir(dir);
+  unsetenv("NORMGRAD_CACHE_DIR");
+  return 0;
+}
+
+static void test_store_then_use(void **st) {
+  (void)st;
+  ng_context *c = fresh();
+  const size_t def1000 = scratch(c, 1000), def3000 = scratch(c, 3000);
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 3;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, "test"));
+  /* the storing context keeps its launches */
+  assert_int_equal(scratch(c, 1000), def1000);
+  ng_context_release(c);
+
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), 3 * 4 * 1000);
+  assert_int_equal(scratch(c, 600), 3 * 4 * 600);   /* same bucket [512, 1024) */
+  assert_int_equal(scratch(c, 3000), def3000);      /* another bucket */
+  /* an override beats the table; NG_TUNE_TABLE=1 ignores it */
+  NG_OK(ng_context_override(c, NG_TUNE_GROUPS, 5));
+  assert_int_equal(scratch(c, 1000), 5 * 4 * 1000);
+  NG_OK(ng_context_override(c, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(c, NG_TUNE_TABLE, 1));
+  assert_int_equal(scratch(c, 1000), def1000);
+  NG_OK(ng_context_override(c, NG_TUNE_TABLE, NG_TUNE_AUTO));
+  assert_int_equal(scratch(c, 1000), 3 * 4 * 1000);
+
+  /* a second store for the same key replaces the first; other keys stay */
+  v[NG_TUNE_GROUPS] = 7;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 700, v, NULL));
+  v[NG_TUNE_GROUPS] = 2;
+  NG_OK(ng_tuning_store(c, "fused-add-rmsnorm.bwd", 1000, v, NULL));
+  ng_context_release(c);
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), 7 * 4 * 1000);
+  char p[300], line[512];
+  tuning_path(p, sizeof p);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  int entries = 0;
+  while (fgets(line, sizeof line, f)) entries += strncmp(line, "ng-tune-1 ", 10) == 0;
+  fclose(f);
+  assert_int_equal(entries, 2);
+  ng_context_release(c);
+}
+
+static void test_bad_store(void **st) {
+  (void)st;
+  ng_context *c = fresh();
+  unsigned v[7] = {0};
+  NG_EXPECT_STATUS(ng_tuning_store(NULL, "rmsnorm.bwd", 8, v, NULL), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, NULL, NULL), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_store(c, "flce", 8, v, NULL), NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tuning_store(c, NULL, 8, v, NULL), NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 0, v, NULL), NG_ERR_INVALID_VALUE);
+  v[NG_TUNE_WORKGROUP] = 48; /* not a power of two */
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, v, NULL), NG_ERR_INVALID_VALUE);
+  v[NG_TUNE_WORKGROUP] = 0;
+  v[NG_TUNE_REG_COLS] = 3;
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, v, NULL), NG_ERR_INVALID_VALUE);
+  v[NG_TUNE_REG_COLS] = 0;
+  NG_OK(ng_context_set_cache_dir(c, NULL));
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, v, NULL), NG_ERR_INVALID_VALUE);
+  NG_OK(ng_context_set_cache_dir(c, "/proc/no-such-folder/x"));
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, v, NULL), NG_ERR_IO);
+  ng_context_release(c);
+}
+
+/* Lines for another device, malformed lines, values the device cannot take, and a file others
+ * can write are all ignored. */
+static void test_damaged_file(void **st) {
+  (void)st;
+  ng_context *c = fresh();
+  const size_t def = scratch(c, 1000);
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 3;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, NULL)); /* creates the file and folder */
+  ng_context_release(c);
+  char p[300], line[512];
+  tuning_path(p, sizeof p);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  char id[64] = "";
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "ng-tune-1 %63s", id) == 1) break;
+  fclose(f);
+  f = fopen(p, "w");
+  assert_non_null(f);
+  fprintf(f, "ng-tune-1 0000000000000000 rmsnorm.bwd 9 groups=3\n"); /* another device */
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=x\n", id);          /* not a number */
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 wg=48\n", id);             /* not a power of 2 */
+  fprintf(f, "ng-tune-1 %s nosuchop.bwd 9 groups=3\n", id);         /* unknown kind */
+  fprintf(f, "garbage\n\n#comment\n");
+  fclose(f);
+  chmod(p, 0600);
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), def);
+  ng_context_release(c);
+  /* a valid line in a file others may write is not trusted */
+  f = fopen(p, "w");
+  assert_non_null(f);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=3\n", id);
+  fclose(f);
+  chmod(p, 0666);
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), def);
+  ng_context_release(c);
+  chmod(p, 0600);
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), 3 * 4 * 1000);
+  ng_context_release(c);
+}
+
+static void test_env(void **st) {
+  (void)st;
+  ng_test_env *e = ng_test_env_get();
+  ng_context *c = NULL;
+  setenv("NORMGRAD_TUNE", "groups=9", 1);
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  assert_int_equal(scratch(c, 1000), 9 * 4 * 1000);
+  ng_context_release(c);
+  static const char *bad[] = {"groups", "groups=", "groups=x", "wg=48", "reg=3", "vec=4",
+                              "prefetch=3", "table=5", "nosuch=1", ",", "groups=1,,wg=1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("NORMGRAD_TUNE", bad[i], 1);
+    c = (ng_context *)1;
+    NG_EXPECT_STATUS(ng_context_create(e->cl_ctx, e->device, &c), NG_ERR_INVALID_VALUE);
+    assert_null(c);
+    assert_non_null(strstr(ng_last_error_detail(), "NORMGRAD_TUNE"));
+  }
+  unsetenv("NORMGRAD_TUNE");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_store_then_use, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_store, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_damaged_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_env, setup, teardown),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  ng_test_env_release();
+  return rc;
+}

@@ -1,0 +1,411 @@
+/* `normgrad-cli tune OP`: search the launch parameters of an op's row kernels on this device,
+ * check every candidate's outputs against the built-in default's, time the ones that agree, and
+ * store each winner in the tuned table (tuning.txt in the cache folder, docs/tuning.md), where
+ * contexts created later on this device find it. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "progress.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CANDIDATES 160
+#define MAX_NS 16
+
+const char cli_tune_usage[] =
+    "usage: normgrad-cli tune OP [--hidden N[,N...]] [--pass forward|backward|frozen|all]\n"
+    "                         [--dtype f32|f16|bf16] [--total E] [--dry-run] [--json]\n"
+    "                         [--device SEL]\n"
+    "\n"
+    "OP: rmsnorm, fused-add-rmsnorm, layernorm or polynorm. For each row length N (default\n"
+    "1024,4096,16384) and pass (default all: forward, backward with weight gradients, backward\n"
+    "with the weights frozen; polynorm has one launch for all passes and is tuned on its\n"
+    "backward), on random data of E/N rows (default E = 2^25 elements, past a 50 MB cache):\n"
+    "  - candidates: work-group size, vector slots per work-item, group count and (NVIDIA)\n"
+    "    next-row prefetch, chosen around the device's properties;\n"
+    "  - each candidate's outputs must match the built-in default's (relative 2^-6 for 16-bit\n"
+    "    outputs, 1e-4 for f32); one that does not is rejected and reported;\n"
+    "  - the rest are timed (median of OpenCL profiling times) and the fastest is stored in\n"
+    "    the cache folder's tuning.txt (unless --dry-run) when it beats the default by >= 1%.\n"
+    "Stored values apply to every dtype, for row lengths in [2^k, 2^(k+1)) of the tuned N.\n"
+    "Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still win.\n"
+    "  --json   one JSON object per (N, pass) on stdout\n"
+    "Exit: 0, 2 usage, 3 device failure or a failed store.\n";
+
+typedef struct tune_target {
+  const char *op;
+  bool single; /* one launch for every pass (polynorm) */
+} tune_target;
+
+static const tune_target targets[] = {
+    {"rmsnorm", false}, {"fused-add-rmsnorm", false}, {"layernorm", false}, {"polynorm", true}};
+
+typedef struct candidate {
+  unsigned v[7]; /* indexed by ng_tune */
+  double ms;
+  bool ok;
+} candidate;
+
+static double now_ms_wall(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static ng_status apply(ng_context *ctx, const unsigned v[7]) {
+  ng_status s = NG_SUCCESS;
+  for (int k = NG_TUNE_WORKGROUP; k <= NG_TUNE_PREFETCH && s == NG_SUCCESS; k++)
+    s = ng_context_override(ctx, (ng_tune)k, v[k]);
+  if (s == NG_SUCCESS) s = ng_context_override(ctx, NG_TUNE_TABLE, 1); /* measure, not recall */
+  return s;
+}
+
+/* Median time of `reps` runs (after 2 warm-ups) by the profiling collector. */
+static ng_status time_case(cli_env *env, const cli_bench_case *c, void *state, double *ms) {
+  double t[31];
+  int reps = 0;
+  ng_status s = NG_SUCCESS;
+  const double start = now_ms_wall();
+  for (int r = 0; r < 2 + 31 && s == NG_SUCCESS; r++) {
+    cl_ulong ns = 0;
+    unsigned k = 0;
+    s = ng_profile_begin();
+    if (s == NG_SUCCESS) s = c->run(env, state);
+    ng_status s2 = ng_profile_end(&ns, &k);
+    if (s == NG_SUCCESS) s = s2;
+    if (s == NG_SUCCESS && r >= 2) t[reps++] = (double)ns * 1e-6;
+    if (reps >= 5 && now_ms_wall() - start > 400) break;
+  }
+  if (s != NG_SUCCESS) return s;
+  qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+  *ms = t[reps / 2];
+  return NG_SUCCESS;
+}
+
+static float host_elem(const void *p, ng_dtype dt, size_t i) {
+  if (dt == NG_BF16) return cli_bf16_to_f32(((const uint16_t *)p)[i]);
+  if (dt == NG_F16) return cli_f16_to_f32(((const uint16_t *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+/* Read the case's outputs into host arrays (allocated here when *bufs is NULL). */
+static int read_outputs(cli_env *env, const cli_bench_case *c, void *bufs[3]) {
+  for (int i = 0; i < 3; i++) {
+    const cli_bench_output *o = &c->out[i];
+    if (!o->mem) continue;
+    const size_t bytes = o->count * ng_dtype_size(o->dtype);
+    if (!bufs[i] && !(bufs[i] = malloc(bytes))) return CLI_DEVICE;
+    if (clEnqueueReadBuffer(env->queue, o->mem, CL_TRUE, 0, bytes, bufs[i], 0, NULL, NULL) !=
+        CL_SUCCESS)
+      return CLI_DEVICE;
+  }
+  return CLI_OK;
+}
+
+/* Worst relative difference of `got` against `ref`, as a multiple of the allowed one (<= 1
+ * passes). NaN in one and not the other fails. */
+static double compare(const cli_bench_case *c, void *ref[3], void *got[3]) {
+  double worst = 0;
+  for (int i = 0; i < 3; i++) {
+    const cli_bench_output *o = &c->out[i];
+    if (!o->mem) continue;
+    const double rtol = o->dtype == NG_F32 ? 1e-4 : 1.0 / 64; /* 16-bit: two ulps */
+    double maxabs = 0;
+    for (size_t k = 0; k < o->count; k++) {
+      const double r = fabs(host_elem(ref[i], o->dtype, k));
+      if (isfinite(r) && r > maxabs) maxabs = r;
+    }
+    const double atol = 1e-5 * maxabs + 1e-30;
+    for (size_t k = 0; k < o->count; k++) {
+      const double a = host_elem(got[i], o->dtype, k), b = host_elem(ref[i], o->dtype, k);
+      if (isnan(a) != isnan(b)) return INFINITY;
+      if (isnan(a) || a == b) continue;
+      const double e = fabs(a - b) / (atol + rtol * fmax(fabs(a), fabs(b)));
+      if (e > worst) worst = e;
+    }
+  }
+  return worst;
+}
+
+/* Candidates around the device's properties; [0] is the built-in default. With `grid_only`
+ * (frozen backward: its work-group shape is the trained backward's, so that dx is the same bits)
+ * only the group count and the prefetch vary. */
+static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool grid_only,
+                           candidate *cs) {
+  cl_uint cu = 1;
+  size_t maxwg = 1;
+  cl_device_type type = 0;
+  char vendor[256] = "";
+  clGetDeviceInfo(env->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+  clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof maxwg, &maxwg, NULL);
+  clGetDeviceInfo(env->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  clGetDeviceInfo(env->device, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+  int nc = 0;
+  memset(&cs[nc++], 0, sizeof *cs);
+  static const unsigned mult_gpu_dw[] = {1, 2, 4, 8}, mult_gpu[] = {2, 4, 8, 16, 0},
+                        mult_cpu[] = {1, 2, 4, 8, 16};
+  if (type & CL_DEVICE_TYPE_CPU) {
+    for (size_t m = 0; m < sizeof mult_cpu / sizeof mult_cpu[0]; m++)
+      for (unsigned vec = 1; vec <= 8; vec += 7) {
+        candidate *c = &cs[nc++];
+        memset(c, 0, sizeof *c);
+        c->v[NG_TUNE_WORKGROUP] = 1;
+        c->v[NG_TUNE_REG_COLS] = 1;
+        c->v[NG_TUNE_VECTOR] = vec;
+        c->v[NG_TUNE_GROUPS] = cu * mult_cpu[m];
+      }
+    return nc;
+  }
+  const bool nv = strstr(vendor, "NVIDIA") != NULL;
+  const size_t nvec = n / 8 ? n / 8 : 1;
+  size_t top = 32;
+  while (top * 2 <= maxwg && top < 1024) top *= 2;
+  for (unsigned reg = 1; reg <= 4; reg *= 2)
+    for (size_t wg = 32; wg <= top; wg *= 2) {
+      const size_t cover = wg * reg;
+      /* the register-cached rows: just enough work-items; streamed rows: wide groups */
+      const bool fits = cover >= nvec && (cover < 2 * nvec || wg == 32);
+      const bool streams = nvec > top * 4 && wg >= 256;
+      if (grid_only) {
+        if (wg != 32 || reg != 1) continue; /* one pass over the group counts below */
+      } else if (!fits && !streams) {
+        continue;
+      }
+      const unsigned *mult = dw ? mult_gpu_dw : mult_gpu;
+      const size_t nm = dw ? 4 : 5;
+      for (size_t m = 0; m < nm; m++)
+        for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
+          if (nc >= MAX_CANDIDATES) return nc;
+          /* multiples of the compute units, or (0) one group per row */
+          const unsigned groups =
+              mult[m] ? (unsigned)(cu * mult[m])
+                      : (rows > 0xffffffffu / 1024 ? 0xffffffffu / 1024 : (unsigned)rows);
+          candidate *c = &cs[nc++];
+          memset(c, 0, sizeof *c);
+          c->v[NG_TUNE_WORKGROUP] = grid_only ? 0 : (unsigned)wg;
+          c->v[NG_TUNE_REG_COLS] = grid_only ? 0 : reg;
+          c->v[NG_TUNE_GROUPS] = groups;
+          c->v[NG_TUNE_PREFETCH] = pf;
+        }
+    }
+  return nc;
+}
+
+static void describe(const unsigned v[7], char *buf, size_t len) {
+  if (!v[NG_TUNE_WORKGROUP] && !v[NG_TUNE_GROUPS] && !v[NG_TUNE_REG_COLS] && !v[NG_TUNE_VECTOR] &&
+      !v[NG_TUNE_PREFETCH]) {
+    snprintf(buf, len, "default");
+    return;
+  }
+  snprintf(buf, len, "wg=%u reg=%u groups=%u vec=%u prefetch=%u", v[NG_TUNE_WORKGROUP],
+           v[NG_TUNE_REG_COLS], v[NG_TUNE_GROUPS], v[NG_TUNE_VECTOR], v[NG_TUNE_PREFETCH]);
+}
+
+/* Tune one (N, pass). Returns an exit code; prints its report. */
+static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t n, size_t rows,
+                    ng_dtype dt, const char *pass, bool dry, bool json) {
+  char err[1024] = "", kind[64];
+  const bool frozen = !strcmp(pass, "frozen"), fwd = !strcmp(pass, "forward");
+  if (t->single) snprintf(kind, sizeof kind, "%s", t->op);
+  else snprintf(kind, sizeof kind, "%s.%s", t->op, fwd ? "fwd" : frozen ? "bwd_frozen" : "bwd");
+  const bool dw = !fwd && !frozen;
+  static candidate cs[MAX_CANDIDATES];
+  const int nc = make_candidates(env, n, rows, dw && !t->single, frozen && !t->single, cs);
+  /* scratch for the largest group count any candidate asks for */
+  unsigned vmax[7] = {0};
+  for (int i = 1; i < nc; i++)
+    if (cs[i].v[NG_TUNE_GROUPS] > vmax[NG_TUNE_GROUPS]) vmax[NG_TUNE_GROUPS] = cs[i].v[NG_TUNE_GROUPS];
+  cli_options o;
+  cli_options_init(&o);
+  cli_bench_spec spec = {rows, n, dt, frozen, frozen};
+  cli_bench_case cases[4];
+  memset(cases, 0, sizeof cases);
+  int ncases = 0, rc = CLI_OK;
+  void *state = NULL, *ref[3] = {0}, *got[3] = {0};
+  ng_status s = apply(env->ctx, vmax);
+  if (s == NG_SUCCESS) s = ng_context_override(env->ctx, NG_TUNE_WORKGROUP, 0);
+  if (s != NG_SUCCESS) return cli_error(cli_fail_status(s, "tune", err, sizeof err), "tune: %s", err);
+  rc = op->bench_setup(env, &spec, &o, cases, &ncases, &state, err, sizeof err);
+  if (rc) return cli_error(rc, "tune %s: %s", op->name, *err ? err : "setup failed");
+  const int which = fwd ? 0 : 1;
+  const cli_bench_case *c = &cases[which];
+  int rejected = 0, best = 0;
+  double worst_ok = 0;
+  static const unsigned none[7] = {0};
+  if ((s = apply(env->ctx, none)) == NG_SUCCESS && which == 1) { /* the backward's statistics */
+    s = cases[0].run(env, state);
+    if (s == NG_SUCCESS) s = clFinish(env->queue);
+  }
+  char label[128];
+  snprintf(label, sizeof label, "tune %s N=%zu %s: candidates", op->name, n, pass);
+  cli_progress pr;
+  cli_progress_begin(&pr, (uint64_t)nc, label);
+  for (int i = 0; i < nc && s == NG_SUCCESS; i++) {
+    cli_progress_step(&pr, i ? 1 : 0);
+    s = apply(env->ctx, cs[i].v);
+    if (s != NG_SUCCESS) { /* a value this device cannot take: skip it */
+      s = NG_SUCCESS;
+      cs[i].ok = false;
+      continue;
+    }
+    s = time_case(env, c, state, &cs[i].ms);
+    if (s != NG_SUCCESS && i > 0) { /* e.g. a work-group the kernel cannot launch with */
+      s = NG_SUCCESS;
+      cs[i].ok = false;
+      rejected++;
+      continue;
+    }
+    if (s != NG_SUCCESS) break;
+    if (read_outputs(env, c, i == 0 ? ref : got) != CLI_OK) {
+      s = NG_ERR_HOST_OUT_OF_MEMORY;
+      break;
+    }
+    if (i == 0) {
+      cs[i].ok = true;
+      continue;
+    }
+    const double e = compare(c, ref, got);
+    cs[i].ok = e <= 1.0;
+    if (!cs[i].ok) {
+      char d[128];
+      describe(cs[i].v, d, sizeof d);
+      cli_progress_clear();
+      fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: outputs differ from the "
+              "default's by %.3g x the tolerance\n", op->name, n, pass, d, e);
+      rejected++;
+      continue;
+    }
+    if (e > worst_ok) worst_ok = e;
+    if (cs[i].ms < cs[best].ms) best = i;
+  }
+  cli_progress_end(&pr);
+  apply(env->ctx, none);
+  ng_context_override(env->ctx, NG_TUNE_TABLE, 0);
+  for (int i = 0; i < 3; i++) {
+    free(ref[i]);
+    free(got[i]);
+  }
+  op->bench_cleanup(state);
+  if (s != NG_SUCCESS) {
+    rc = cli_fail_status(s, "tune", err, sizeof err);
+    return cli_error(rc, "tune %s N=%zu %s: %s", op->name, n, pass, err);
+  }
+  const double def = cs[0].ms, win = cs[best].ms;
+  const bool store = best != 0 && win < 0.99 * def;
+  char d[128], comment[160];
+  describe(cs[best].v, d, sizeof d);
+  snprintf(comment, sizeof comment, "%.4f ms vs default %.4f ms (%s)", win, def,
+           ng_dtype_name(dt));
+  const char *stored = "no (the default is as fast)";
+  if (store && dry) stored = "no (--dry-run)";
+  else if (store) {
+    s = ng_tuning_store(env->ctx, kind, n, cs[best].v, comment);
+    if (s != NG_SUCCESS) {
+      rc = cli_fail_status(s, "tune: store", err, sizeof err);
+      return cli_error(CLI_DEVICE, "tune %s N=%zu %s: %s", op->name, n, pass, err);
+    }
+    stored = "yes";
+  }
+  if (json)
+    printf("{\"op\":\"%s\",\"kind\":\"%s\",\"pass\":\"%s\",\"hidden\":%zu,\"rows\":%zu,"
+           "\"dtype\":\"%s\",\"candidates\":%d,\"rejected\":%d,\"default_ms\":%.6f,"
+           "\"best_ms\":%.6f,\"speedup\":%.4f,\"best\":\"%s\",\"stored\":%s,"
+           "\"worst_agreement\":%.4f}\n",
+           op->name, kind, pass, n, rows, ng_dtype_name(dt), nc, rejected, def, win, def / win, d,
+           store && !dry ? "true" : "false", worst_ok);
+  else
+    printf("%-18s %-9s N=%-6zu %3d candidates (%d rejected)  default %.4f ms  best %.4f ms "
+           "(%.2fx)  %s  stored: %s\n",
+           op->name, pass, n, nc, rejected, def, win, def / win, d, stored);
+  fflush(stdout);
+  return CLI_OK;
+}
+
+int cli_cmd_tune(int argc, char **argv) {
+  const char *op_name = NULL, *dev = NULL, *pass = "all", *hidden = "1024,4096,16384";
+  long long total = 1ll << 25;
+  ng_dtype dt = NG_BF16;
+  bool dry = false, json = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--dry-run")) dry = true;
+    else if (!strcmp(a, "--json")) json = true;
+    else if (a[0] == '-' && a[1] == '-' && !val)
+      return cli_error(CLI_USAGE, "tune: %s needs a value", a);
+    else if (!strcmp(a, "--hidden")) hidden = argv[++i];
+    else if (!strcmp(a, "--pass")) pass = argv[++i];
+    else if (!strcmp(a, "--device")) dev = argv[++i];
+    else if (!strcmp(a, "--dtype")) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "f32")) dt = NG_F32;
+      else if (!strcmp(v, "f16")) dt = NG_F16;
+      else if (!strcmp(v, "bf16")) dt = NG_BF16;
+      else return cli_error(CLI_USAGE, "tune: --dtype: '%s' is not f32, f16 or bf16", v);
+    } else if (!strcmp(a, "--total")) {
+      char err[256];
+      if (cli_parse_ll(a, argv[++i], 1, 1ll << 34, &total, err, sizeof err))
+        return cli_error(CLI_USAGE, "tune: %s", err);
+    } else if (a[0] == '-') return cli_error(CLI_USAGE, "tune: unknown option '%s'", a);
+    else if (op_name) return cli_error(CLI_USAGE, "tune: unexpected argument '%s'", a);
+    else op_name = a;
+  }
+  if (!op_name) return cli_error(CLI_USAGE, "tune: missing OP (see `normgrad-cli tune --help`)");
+  const tune_target *t = NULL;
+  for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
+    if (!strcmp(targets[i].op, op_name)) t = &targets[i];
+  const cli_op *op = cli_find_op(op_name);
+  if (!t || !op)
+    return cli_error(CLI_USAGE, "tune: '%s' has no tunable row kernels (rmsnorm, "
+                     "fused-add-rmsnorm, layernorm, polynorm)", op_name);
+  const char *passes[3];
+  int np = 0;
+  if (t->single) passes[np++] = "backward";
+  else if (!strcmp(pass, "all")) {
+    passes[np++] = "forward";
+    passes[np++] = "backward";
+    passes[np++] = "frozen";
+  } else if (!strcmp(pass, "forward") || !strcmp(pass, "backward") || !strcmp(pass, "frozen"))
+    passes[np++] = pass;
+  else return cli_error(CLI_USAGE, "tune: --pass '%s' is not forward, backward, frozen or all", pass);
+  size_t ns[MAX_NS];
+  int nn = 0;
+  for (const char *p = hidden; *p;) {
+    char *end = NULL;
+    const long long v = strtoll(p, &end, 10);
+    if (end == p || v < 1 || v > (1ll << 26) || (*end && *end != ',') || nn == MAX_NS)
+      return cli_error(CLI_USAGE, "tune: --hidden: '%s' is not a list of row lengths", hidden);
+    ns[nn++] = (size_t)v;
+    p = *end ? end + 1 : end;
+  }
+  if (cli_parse_only) return CLI_OK;
+  if (json) cli_progress_enable(false);
+  cli_env env;
+  char err[1024];
+  int rc = cli_env_open(dev, &env, err, sizeof err);
+  if (rc) return cli_error(rc, "tune %s: %s", op_name, err);
+  char dir[4096] = "";
+  if (!dry && (ng_context_get_cache_dir(env.ctx, dir, sizeof dir) != NG_SUCCESS || !*dir)) {
+    cli_env_close(&env);
+    return cli_error(CLI_USAGE, "tune: the program cache is off (NORMGRAD_CACHE_DIR=off?); "
+                     "tuned values are stored there — set a folder or use --dry-run");
+  }
+  if (!json && !dry) printf("tuned values go to %s/tuning.txt\n", dir);
+  for (int i = 0; i < nn && !rc; i++) {
+    size_t rows = (size_t)total / ns[i];
+    if (rows == 0) rows = 1;
+    for (int k = 0; k < np && !rc; k++)
+      rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], dry, json);
+  }
+  cli_env_close(&env);
+  return rc;
+}
