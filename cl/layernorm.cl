@@ -154,9 +154,26 @@ inline float2 ln_wg_sum2(float2 v, __local float2 *buf) {
  * every frozen variant, so dx has the same bits whatever is frozen. */
 #define DX(d, xh, i) ((GRAD(d, i) - (xh) * c1 - c2) * rs)
 
+/* The backward's row sums. CPU shape: 8 lanes of partial sums, which LLVM keeps in one SIMD
+ * register. GPU shape: one scalar per work-item (each holds only REG vectors of a row), which
+ * leaves the registers to the row itself. Both paths of a shape use the same order. */
+#if WG == 1
+typedef floatV accT;
+#define ACC_ADD(a, v) ((a) + (v))
+#define ACC_FMA(u, v, a) fma(u, v, a)
+#define ACC_SUM(a) ng_hsum(a)
+#else
+typedef float accT;
+#define ACC_ADD(a, v) ((a) + ng_hsum(v))
+#define ACC_FMA(u, v, a) ((a) + ng_hsum((u) * (v)))
+#define ACC_SUM(a) (a)
+#endif
+
 /* dx = (g − xhat·c1 − c2)·rstd with c1 = Σ xhat·g / n, c2 = Σ g / n; this group's partials
- * dW += dy·xhat and dB += dy. Partials live in registers when the row fits, else in the group's
- * own rows of `part` (read-modify-write; on CPUs they stay in cache). `part` holds G rows of dW
+ * dW += dy·xhat and dB += dy. Rows of at most WG·REG vectors (`in_regs`) are held in registers,
+ * and so are the partials; longer rows stream, with the partials in the group's own rows of
+ * `part` (read-modify-write; on CPUs they stay in cache). The two cases are separate loops so
+ * that the register arrays are not live in the streaming one. `part` holds G rows of dW
  * partials (when COMPUTE_DW) followed by G rows of dB partials (when COMPUTE_DB); the host sums
  * each section in a fixed order (ng_reduce_partials). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -173,7 +190,6 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   mean += mean_off;
   rstd += rstd_off;
   dx += dx_off;
-  const bool in_regs = nv <= (uint)(WG * REG); /* the row (and its sums) fit in registers */
 #if NEED_PART
   __global float *prow = part + part_off + (ulong)get_group_id(0) * n;
 #else
@@ -181,28 +197,28 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   (void)part_off;
 #endif
 #if COMPUTE_DW
-  floatV dwr[REG];
-#pragma unroll
-  for (int k = 0; k < REG; k++) dwr[k] = (floatV)(0.0f);
   __global float *pw = prow;
-  if (!in_regs)
-    for (uint i = lid; i < nv; i += WG) NG_STV(NG_F32, pw, i, (floatV)(0.0f));
 #endif
 #if COMPUTE_DB
-  floatV dbr[REG];
-#pragma unroll
-  for (int k = 0; k < REG; k++) dbr[k] = (floatV)(0.0f);
   __global float *pb = prow + (COMPUTE_DW ? (ulong)get_num_groups(0) * n : 0);
-  if (!in_regs)
-    for (uint i = lid; i < nv; i += WG) NG_STV(NG_F32, pb, i, (floatV)(0.0f));
 #endif
-  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
-    __global const XT *dyr = dy + (ulong)r * n;
-    __global const XT *xr = x + (ulong)r * n;
-    __global XT *dxr = dx + (ulong)r * n;
-    const float mu = mean[r], rs = rstd[r];
-    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
-    if (in_regs) {
+
+  if (nv <= (uint)(WG * REG)) { /* the row (and its partials) fit in registers */
+#if COMPUTE_DW
+    floatV dwr[REG];
+#pragma unroll
+    for (int k = 0; k < REG; k++) dwr[k] = (floatV)(0.0f);
+#endif
+#if COMPUTE_DB
+    floatV dbr[REG];
+#pragma unroll
+    for (int k = 0; k < REG; k++) dbr[k] = (floatV)(0.0f);
+#endif
+    for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+      __global const XT *dyr = dy + (ulong)r * n;
+      __global const XT *xr = x + (ulong)r * n;
+      __global XT *dxr = dx + (ulong)r * n;
+      const float mu = mean[r], rs = rstd[r];
       floatV dys[REG], xhs[REG];
 #pragma unroll
       for (int k = 0; k < REG; k++) {
@@ -210,16 +226,17 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
         dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
         xhs[k] = i < nv ? (LDX(xr, i) - mu) * rs : (floatV)(0.0f);
       }
+      accT a1 = 0.0f, a2 = 0.0f;
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
           const floatV g = GRAD(dys[k], i);
-          a1 = fma(xhs[k], g, a1);
-          a2 += g;
+          a1 = ACC_FMA(xhs[k], g, a1);
+          a2 = ACC_ADD(a2, g);
         }
       }
-      const float2 sums = ln_wg_sum2((float2)(ng_hsum(a1), ng_hsum(a2)), red);
+      const float2 sums = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
       const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
 #pragma unroll
       for (int k = 0; k < REG; k++) {
@@ -234,28 +251,8 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 #endif
         }
       }
-      continue;
     }
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
-      a1 = fma(xh, g, a1);
-      a2 += g;
-    }
-    const float2 sums = ln_wg_sum2((float2)(ng_hsum(a1), ng_hsum(a2)), red);
-    const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
-      STX(dxr, i, DX(d, xh, i));
-#if COMPUTE_DW
-      NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)));
-#endif
-#if COMPUTE_DB
-      NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + d);
-#endif
-    }
-  }
 #if NEED_PART
-  if (in_regs) {
 #pragma unroll
     for (int k = 0; k < REG; k++) {
       const uint i = lid + (uint)k * WG;
@@ -268,6 +265,38 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 #endif
       }
     }
-  }
 #endif
+    return;
+  }
+
+#if COMPUTE_DW
+  for (uint i = lid; i < nv; i += WG) NG_STV(NG_F32, pw, i, (floatV)(0.0f));
+#endif
+#if COMPUTE_DB
+  for (uint i = lid; i < nv; i += WG) NG_STV(NG_F32, pb, i, (floatV)(0.0f));
+#endif
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+    const float mu = mean[r], rs = rstd[r];
+    accT a1 = 0.0f, a2 = 0.0f;
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
+      a1 = ACC_FMA(xh, g, a1);
+      a2 = ACC_ADD(a2, g);
+    }
+    const float2 sums = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+    const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
+      STX(dxr, i, DX(d, xh, i));
+#if COMPUTE_DW
+      NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)));
+#endif
+#if COMPUTE_DB
+      NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + d);
+#endif
+    }
+  }
 }
