@@ -38,7 +38,12 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
 /* The row launch, the same for forward, backward and the scratch query (the group count, which
  * sizes the partials, does not depend on alignment). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok) {
-  return ng_choose_row_launch_k(ctx, "polynorm", p->rows, p->n, vec_ok, false);
+  /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
+   * partials, so one group per row would make the reduction as long as the batch. */
+  ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", SIZE_MAX, p->n, vec_ok, NG_ROWS_FWD);
+  if (l.groups > p->rows) l.groups = (unsigned)p->rows;
+  if (l.groups == 0) l.groups = 1;
+  return l;
 }
 
 ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
