@@ -203,6 +203,29 @@ NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned val
 NG_API ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n,
                                  const unsigned *values, const char *comment);
 
+/** What ng_tune_gemm measured: one row-major SGEMM of size³ (wall time, median of 3). */
+typedef struct ng_gemm_tune_result {
+  unsigned candidates, rejected; /* Xgemm configurations tried; refused, failed or wrong */
+  double default_ms, best_ms;    /* the parameters active before, the fastest found */
+  double default_tflops, best_tflops;
+  char best[256];                /* "GEMMK=0 KREG=1 KWG=32 …", or "baseline" */
+  int stored;                    /* 1 when written to tuning.txt */
+} ng_gemm_tune_result;
+/** Search CLBlast's single-precision Xgemm parameters for the context's device: each candidate
+ *  is applied with CLBlastOverrideParameters, timed on C = A·B of size³ (size a multiple of 64,
+ *  64…16384) on `queue`, and checked against the baseline's result (exact inputs, so any order
+ *  of summation must agree). The fastest is left active for the device in this process (CLBlast's
+ *  parameters are process-wide) and, with `store` and a gain of at least 1%, recorded in the
+ *  cache folder's tuning.txt, where every context created later on this device applies it
+ *  (unless NG_TUNE_TABLE / NORMGRAD_TUNE table=1 says to ignore the table). Blocks; takes
+ *  seconds to minutes. `normgrad-cli tune gemm` is the usual caller.
+ *  Errors: NG_ERR_NULL_HANDLE; NG_ERR_INVALID_VALUE (size, or the matrices would not fit);
+ *  NG_ERR_UNSUPPORTED_QUEUE; OpenCL codes from buffer creation; NG_ERR_GEMM_FAILED (the
+ *  baseline SGEMM failed); NG_ERR_IO / NG_ERR_INVALID_VALUE from the store (as ng_tuning_store);
+ *  NG_ERR_HOST_OUT_OF_MEMORY. Not thread-safe with other GEMM work on the same device. */
+NG_API ng_status ng_tune_gemm(ng_context *ctx, cl_command_queue queue, size_t size, int store,
+                              ng_gemm_tune_result *out);
+
 typedef struct ng_context_stats {
   uint64_t programs_built; /* programs compiled from source by this context */
   uint64_t cache_hits;     /* program look-ups served from the in-memory cache */

@@ -93,6 +93,9 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
     ng_context_release(c);
     return ng_fail(s, "%s", why);
   }
+  /* stored CLBlast parameters (normgrad-cli tune gemm); a refused set is ignored as a damaged
+   * line would be */
+  if (c->xgemm[0] && c->tune[NG_TUNE_TABLE] != 1) ng_gemm_apply_xgemm(c, c->xgemm);
   *out = c;
   return NG_SUCCESS;
 }

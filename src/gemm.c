@@ -274,3 +274,223 @@ void ng_gemm_plan_shift(ng_gemm_plan *p, ptrdiff_t da, ptrdiff_t db, ptrdiff_t d
     p->calls[i].c_off = (size_t)((ptrdiff_t)p->calls[i].c_off + dc);
   }
 }
+
+/* ---- CLBlast's Xgemm parameters (normgrad-cli tune gemm, docs/tuning.md) ------------------
+ * CLBlast ships no tuning for many devices (the H100 among them: 29–33 TFLOP/s with its
+ * defaults, about 40 with good parameters; PERF-NOTES). CLBlastOverrideParameters sets them per
+ * device and precision for the whole process; the next SGEMM recompiles with them. */
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+static const char *const xgemm_names[] = {"GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC",
+                                          "MWG",   "NDIMB", "NDIMC", "NWG", "SA", "SB",
+                                          "STRM",  "STRN", "VWM", "VWN"};
+#define XGEMM_N (sizeof xgemm_names / sizeof xgemm_names[0])
+
+static bool parse_xgemm(const char *params, size_t v[XGEMM_N]) {
+  bool seen[XGEMM_N] = {false};
+  const char *p = params;
+  for (;;) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (!*p) break;
+    char name[16];
+    unsigned long val;
+    int used = 0;
+    if (sscanf(p, "%15[A-Z]=%lu%n", name, &val, &used) != 2) return false;
+    p += used;
+    size_t k = 0;
+    while (k < XGEMM_N && strcmp(xgemm_names[k], name)) k++;
+    if (k == XGEMM_N || val > 4096) return false;
+    v[k] = (size_t)val;
+    seen[k] = true;
+  }
+  for (size_t k = 0; k < XGEMM_N; k++)
+    if (!seen[k]) return false;
+  return true;
+}
+
+static bool override_xgemm(cl_device_id dev, const size_t v[XGEMM_N]) {
+  return CLBlastOverrideParameters(dev, "Xgemm", CLBlastPrecisionSingle, XGEMM_N,
+                                   (const char **)xgemm_names, v) == CLBlastSuccess;
+}
+
+bool ng_gemm_apply_xgemm(const ng_context *ctx, const char *params) {
+  size_t v[XGEMM_N];
+  return parse_xgemm(params, v) && override_xgemm(ctx->device, v);
+}
+
+static void format_xgemm(const size_t v[XGEMM_N], char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t k = 0; k < XGEMM_N && used < len; k++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s=%zu", k ? " " : "", xgemm_names[k],
+                             v[k]);
+}
+
+/* Xgemm configurations that satisfy the kernel's divisibility rules and fit the device: tiles
+ * of 64 or 128 squared (or mixed), 8×8…32×8 threads, vector widths 2 and 4, local-memory
+ * caching of A and B first, 32–64 accumulators per work-item on GPUs (16–64 on CPUs); at most
+ * 40 on GPUs and 8 on CPUs, in that order. */
+static size_t xgemm_candidates(const ng_context *ctx, size_t (*out)[XGEMM_N], size_t max) {
+  static const size_t tiles[][2] = {{64, 64}, {128, 128}, {64, 128}, {128, 64}};
+  static const size_t dims[][2] = {{16, 16}, {8, 16}, {16, 8}, {8, 8}, {32, 8}, {8, 32}};
+  static const size_t vws[] = {2, 4}, kwgs[] = {16, 32}, sabs[] = {1, 0};
+  cl_ulong local = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+  /* every candidate is a CLBlast compile: about 1 s on NVIDIA, 10 s on PoCL */
+  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  if (cpu && max > 8) max = 8;
+  if (!cpu && max > 40) max = 40;
+  size_t n = 0;
+  for (size_t sab = 0; sab < 2; sab++)
+    for (size_t t = 0; t < 4; t++)
+      for (size_t d = 0; d < 6; d++)
+        for (size_t vm = 0; vm < 2; vm++)
+          for (size_t kw = 0; kw < 2; kw++) {
+            const size_t mwg = tiles[t][0], nwg = tiles[t][1], mdimc = dims[d][0],
+                         ndimc = dims[d][1], vw = vws[vm], kwg = kwgs[kw], sa = sabs[sab];
+            const size_t mdima = mdimc, ndimb = ndimc;
+            if (mwg % (mdimc * vw) || nwg % (ndimc * vw)) continue;
+            if (mwg % (mdima * vw) || nwg % (ndimb * vw)) continue;
+            if (kwg % ((mdimc * ndimc) / mdima) || kwg % ((mdimc * ndimc) / ndimb)) continue;
+            if (mdimc * ndimc > ctx->info.max_wg) continue;
+            const size_t acc = (mwg / mdimc) * (nwg / ndimc); /* accumulators per work-item */
+            if (acc < (cpu ? 16u : 32u) || acc > 64) continue;
+            if ((sa ? kwg * (mwg + nwg) : 0) * 4 > local) continue;
+            if (n == max) return n;
+            const size_t v[XGEMM_N] = {0, 1, kwg, 2, mdima, mdimc, mwg, ndimb, ndimc, nwg,
+                                       sa, sa, 1, 1, vw, vw};
+            memcpy(out[n++], v, sizeof v);
+          }
+  return n;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Median wall time of 3 runs (after one that compiles and warms up) of C = A·B, size³. */
+static ng_status time_sgemm(cl_command_queue q, size_t size, cl_mem a, cl_mem b, cl_mem c,
+                            double *ms) {
+  double t[3];
+  for (int r = 0; r < 4; r++) {
+    const double t0 = now_ms();
+    CLBlastStatusCode st =
+        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, size, size,
+                     size, 1.0f, a, 0, size, b, 0, size, 0.0f, c, 0, size, &q, NULL);
+    if (st != CLBlastSuccess) return NG_ERR_GEMM_FAILED;
+    if (clFinish(q) != CL_SUCCESS) return NG_ERR_GEMM_FAILED;
+    if (r) t[r - 1] = now_ms() - t0;
+  }
+  double x = t[0], y = t[1], z = t[2]; /* median of three */
+  *ms = fmax(fmin(x, y), fmin(fmax(x, y), z));
+  return NG_SUCCESS;
+}
+
+ng_status ng_tune_gemm(ng_context *ctx, cl_command_queue queue, size_t size, int store,
+                       ng_gemm_tune_result *out) {
+  ng_clear_detail();
+  if (!ctx || !queue || !out) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, queue or out is NULL");
+  memset(out, 0, sizeof *out);
+  if (size < 64 || size > 16384 || size % 64)
+    return ng_fail(NG_ERR_INVALID_VALUE, "size %zu: a multiple of 64 in [64, 16384]", size);
+  ng_status s = ng_check_queue(ctx, queue);
+  if (s != NG_SUCCESS) return s;
+  const size_t elems = size * size, bytes = elems * 4;
+  cl_ulong global = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL);
+  if (3 * (cl_ulong)bytes > global / 2 || bytes > ctx->info.max_alloc)
+    return ng_fail(NG_ERR_INVALID_VALUE, "size %zu needs 3 x %zu bytes of device memory", size,
+                   bytes);
+  float *h = malloc(bytes), *ref = malloc(bytes), *got = malloc(bytes);
+  size_t(*cand)[XGEMM_N] = malloc(256 * sizeof *cand);
+  cl_mem a = NULL, b = NULL, c = NULL;
+  cl_int e = CL_SUCCESS;
+  if (!h || !ref || !got || !cand) {
+    s = ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "tuning buffers");
+    goto done;
+  }
+  uint64_t x = 0x9e3779b97f4a7c15ull; /* small values: sums of `size` products stay exact-ish */
+  for (size_t i = 0; i < elems; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    h[i] = (float)((int)(x % 17) - 8) / 8.0f;
+  }
+  a = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, h, &e);
+  if (a) b = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, h, &e);
+  if (b) c = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
+  if (!c) {
+    s = ng_fail(e, "clCreateBuffer for the tuning matrices failed");
+    goto done;
+  }
+  const double flop = 2.0 * (double)size * (double)size * (double)size;
+  /* the baseline: whatever is active (a stored set, else CLBlast's own) */
+  s = time_sgemm(queue, size, a, b, c, &out->default_ms);
+  if (s != NG_SUCCESS) {
+    s = ng_fail(NG_ERR_GEMM_FAILED, "the baseline SGEMM failed");
+    goto done;
+  }
+  if ((e = clEnqueueReadBuffer(queue, c, CL_TRUE, 0, bytes, ref, 0, NULL, NULL)) != CL_SUCCESS) {
+    s = ng_fail(e, "reading the baseline result failed");
+    goto done;
+  }
+  double maxabs = 0;
+  for (size_t i = 0; i < elems; i++) maxabs = fmax(maxabs, fabs(ref[i]));
+  const size_t nc = xgemm_candidates(ctx, cand, 256);
+  out->candidates = (unsigned)nc;
+  out->best_ms = out->default_ms;
+  snprintf(out->best, sizeof out->best, "baseline");
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < nc; i++) {
+    double ms = 0;
+    if (!override_xgemm(ctx->device, cand[i]) ||
+        time_sgemm(queue, size, a, b, c, &ms) != NG_SUCCESS ||
+        clEnqueueReadBuffer(queue, c, CL_TRUE, 0, bytes, got, 0, NULL, NULL) != CL_SUCCESS) {
+      out->rejected++;
+      continue;
+    }
+    /* inputs are multiples of 1/8 below 1: every product and partial sum is exact in f32 up to
+     * 2^24/64, so any summation order must give the same values */
+    bool same = true;
+    for (size_t k = 0; k < elems && same; k++)
+      same = fabs(got[k] - ref[k]) <= 1e-6 * maxabs;
+    if (!same) {
+      out->rejected++;
+      continue;
+    }
+    if (ms < out->best_ms) {
+      out->best_ms = ms;
+      best = i;
+    }
+  }
+  out->default_tflops = flop / out->default_ms * 1e-9;
+  out->best_tflops = flop / out->best_ms * 1e-9;
+  /* leave the winner active (or the stored set, or the last candidate when CLBlast's own
+   * defaults won: CLBlast cannot be asked for those back) */
+  if (best != SIZE_MAX) {
+    override_xgemm(ctx->device, cand[best]);
+    format_xgemm(cand[best], out->best, sizeof out->best);
+  } else if (ctx->xgemm[0]) {
+    ng_gemm_apply_xgemm(ctx, ctx->xgemm);
+  }
+  if (store && best != SIZE_MAX && out->best_ms < 0.99 * out->default_ms) {
+    char id[17], key[64], line[1024];
+    ng_tuning_device_id(ctx, id);
+    snprintf(key, sizeof key, "ng-clblast-1 %s Xgemm ", id);
+    snprintf(line, sizeof line, "%s%s  # %s, SGEMM %zu^3: %.1f TFLOP/s vs %.1f before\n", key,
+             out->best, ctx->info.name, size, out->best_tflops, out->default_tflops);
+    s = ng_tuning_write_line(ctx, key, line);
+    if (s == NG_SUCCESS) out->stored = 1;
+  }
+done:
+  if (a) clReleaseMemObject(a);
+  if (b) clReleaseMemObject(b);
+  if (c) clReleaseMemObject(c);
+  free(h);
+  free(ref);
+  free(got);
+  free(cand);
+  return s;
+}

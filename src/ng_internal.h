@@ -62,6 +62,7 @@ struct ng_context {
   unsigned tune[NG_TUNE_SLOTS]; /* indexed by ng_tune; NG_TUNE_AUTO = tuned table / default */
   ng_tuned_entry *tuned;        /* the tuned table of this device (tuning.txt), read at creation */
   size_t n_tuned;
+  char xgemm[256]; /* stored CLBlast Xgemm parameters ("KWG=32 KWI=2 …"), applied at creation */
   pthread_mutex_t lock;
   ng_program_entry *programs;
   uint64_t programs_built, cache_hits, disk_hits;
@@ -211,6 +212,11 @@ void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool h
 ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *origin);
 ng_status ng_tune_from_env(ng_context *ctx);
 void ng_tuning_load(ng_context *ctx);
+void ng_tuning_device_id(const ng_context *ctx, char out[17]);
+ng_status ng_tuning_write_line(ng_context *ctx, const char *key, const char *line);
+/* Apply "NAME=VALUE …" as CLBlast's single-precision Xgemm parameters for the context's device
+ * (process-wide in CLBlast). Returns false when CLBlast refused them (gemm.c). */
+bool ng_gemm_apply_xgemm(const ng_context *ctx, const char *params);
 /* The tuned values for `kind` ("rmsnorm.bwd", …) at row length n; false when none. */
 bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]);
 /* ng_choose_row_launch for a kernel kind that may have tuned values. */

@@ -86,7 +86,7 @@ static unsigned log2_floor(size_t n) {
   return b;
 }
 
-static void device_id(const ng_context *ctx, char out[17]) {
+void ng_tuning_device_id(const ng_context *ctx, char out[17]) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
   for (const char *p = ctx->disk.device_key ? ctx->disk.device_key : ctx->info.name; *p; p++)
     h = (h ^ (unsigned char)*p) * 1099511628211ull;
@@ -141,6 +141,7 @@ void ng_tuning_load(ng_context *ctx) {
   free(ctx->tuned);
   ctx->tuned = NULL;
   ctx->n_tuned = 0;
+  ctx->xgemm[0] = '\0';
   if (!ctx->disk.dir) return;
   char *path = tuning_path(ctx->disk.dir);
   FILE *f = path ? fopen(path, "r") : NULL;
@@ -151,8 +152,16 @@ void ng_tuning_load(ng_context *ctx) {
     return;
   }
   char id[17], line[512];
-  device_id(ctx, id);
+  ng_tuning_device_id(ctx, id);
   while (fgets(line, sizeof line, f)) {
+    char gemm_key[64];
+    snprintf(gemm_key, sizeof gemm_key, "ng-clblast-1 %s Xgemm ", id);
+    if (!strncmp(line, gemm_key, strlen(gemm_key))) { /* CLBlast's Xgemm parameters */
+      char *hash = strchr(line, '#');
+      if (hash) *hash = '\0';
+      snprintf(ctx->xgemm, sizeof ctx->xgemm, "%s", line + strlen(gemm_key));
+      continue;
+    }
     ng_tuned_entry e;
     int kind;
     if (!parse_line(ctx, line, id, &kind, &e.log2n, e.v)) continue;
@@ -190,7 +199,7 @@ ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const uns
     return ng_fail(NG_ERR_INVALID_VALUE, "unknown kernel kind '%s'", kind ? kind : "(null)");
   if (n == 0) return ng_fail(NG_ERR_INVALID_VALUE, "row length is 0");
   char line[512], id[17];
-  device_id(ctx, id);
+  ng_tuning_device_id(ctx, id);
   int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u", id, kind, log2_floor(n));
   for (size_t k = 0; k < NG_ARRAY_LEN(tune_names); k++)
     if (values[tune_names[k].what])
@@ -206,6 +215,13 @@ ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const uns
     if (!parse_line(ctx, line, id, &kk, &b, v))
       return ng_fail(NG_ERR_INVALID_VALUE, "values the device cannot take");
   }
+  char key[128];
+  snprintf(key, sizeof key, "ng-tune-1 %s %s %u ", id, kind, log2_floor(n));
+  return ng_tuning_write_line(ctx, key, line);
+}
+
+/* Replace the line starting with `key` (or add it) in the context's tuning.txt, atomically. */
+ng_status ng_tuning_write_line(ng_context *ctx, const char *key, const char *line) {
   pthread_mutex_lock(&ctx->lock);
   char *dir = ctx->disk.dir ? strdup(ctx->disk.dir) : NULL;
   pthread_mutex_unlock(&ctx->lock);
@@ -229,8 +245,6 @@ ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const uns
     goto done;
   }
   /* keep every other line; drop this key's older entry */
-  char key[128];
-  snprintf(key, sizeof key, "ng-tune-1 %s %s %u ", id, kind, log2_floor(n));
   bool header = false;
   if ((in = fopen(path, "r")) != NULL) {
     char buf[512];

@@ -176,12 +176,47 @@ static void test_env(void **st) {
   unsetenv("NORMGRAD_TUNE");
 }
 
+/* ng_tune_gemm's argument checks (a real search compiles CLBlast once per candidate: seconds on
+ * a GPU, minutes on PoCL, so CI does not run one), and stored CLBlast lines that are damaged are
+ * ignored at context creation. */
+static void test_gemm_tuning_args(void **st) {
+  (void)st;
+  ng_test_env *e = ng_test_env_get();
+  ng_context *c = fresh();
+  ng_gemm_tune_result r;
+  NG_EXPECT_STATUS(ng_tune_gemm(NULL, e->queue, 256, 0, &r), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tune_gemm(c, NULL, 256, 0, &r), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tune_gemm(c, e->queue, 256, 0, NULL), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tune_gemm(c, e->queue, 100, 0, &r), NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tune_gemm(c, e->queue, 32768, 0, &r), NG_ERR_INVALID_VALUE);
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 3;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, NULL)); /* creates the file */
+  ng_context_release(c);
+  char p[300], id[64] = "", line[512];
+  tuning_path(p, sizeof p);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "ng-tune-1 %63s", id) == 1) break;
+  fclose(f);
+  f = fopen(p, "a");
+  assert_non_null(f);
+  fprintf(f, "ng-clblast-1 %s Xgemm KWG=x\n", id);
+  fprintf(f, "ng-clblast-1 %s Xgemm GEMMK=0 KREG=1\n", id); /* incomplete */
+  fclose(f);
+  c = fresh(); /* damaged CLBlast lines cost nothing: the rest of the table still applies */
+  assert_int_equal(scratch(c, 1000), 3 * 4 * 1000);
+  ng_context_release(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_store_then_use, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_store, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_env, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gemm_tuning_args, setup, teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   ng_test_env_release();

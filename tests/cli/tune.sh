@@ -27,6 +27,8 @@ expect 2 "$CLI" tune rmsnorm --hidden 12,x
 expect 2 "$CLI" tune rmsnorm --dtype f64
 expect 2 "$CLI" tune rmsnorm --total
 expect 2 "$CLI" tune rmsnorm --bogus 1
+expect 2 "$CLI" tune gemm --size 100
+expect 2 "$CLI" tune gemm --size 65536
 expect 0 "$CLI" tune --help
 has "usage: normgrad-cli tune" out
 NORMGRAD_CACHE_DIR=off expect 2 "$CLI" tune rmsnorm --hidden 64 --total 4096

@@ -34,6 +34,14 @@ const char cli_tune_usage[] =
     "Stored values apply to every dtype, for row lengths in [2^k, 2^(k+1)) of the tuned N.\n"
     "Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still win.\n"
     "  --json   one JSON object per (N, pass) on stdout\n"
+    "\n"
+    "usage: normgrad-cli tune gemm [--size S] [--dry-run] [--json] [--device SEL]\n"
+    "\n"
+    "Searches CLBlast's single-precision Xgemm parameters (used by flce): each candidate is\n"
+    "timed on C = A·B of S³ (default 8192 on GPUs, 1024 on CPUs; a multiple of 64) and its\n"
+    "result checked against the baseline's (exact inputs: any summation order must agree). The\n"
+    "fastest is stored in tuning.txt when it gains >= 1%; later contexts on the device apply it.\n"
+    "Compare against CLBlast's own defaults with NORMGRAD_TUNE=table=1.\n"
     "Exit: 0, 2 usage, 3 device failure or a failed store.\n";
 
 typedef struct tune_target {
@@ -330,9 +338,48 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   return CLI_OK;
 }
 
+static int tune_gemm(const char *dev, long long size, bool dry, bool json) {
+  if (cli_parse_only) return CLI_OK;
+  cli_env env;
+  char err[1024];
+  int rc = cli_env_open(dev, &env, err, sizeof err);
+  if (rc) return cli_error(rc, "tune gemm: %s", err);
+  if (size == 0) {
+    cl_device_type type = 0;
+    clGetDeviceInfo(env.device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    size = (type & CL_DEVICE_TYPE_CPU) ? 1024 : 8192;
+  }
+  char dir[4096] = "";
+  if (!dry && (ng_context_get_cache_dir(env.ctx, dir, sizeof dir) != NG_SUCCESS || !*dir)) {
+    cli_env_close(&env);
+    return cli_error(CLI_USAGE, "tune gemm: the program cache is off; tuned values are stored "
+                     "there — set NORMGRAD_CACHE_DIR or use --dry-run");
+  }
+  if (!json) fprintf(stderr, "tune gemm: timing CLBlast Xgemm candidates on %lld^3 ...\n", size);
+  ng_gemm_tune_result r;
+  ng_status s = ng_tune_gemm(env.ctx, env.queue, (size_t)size, !dry, &r);
+  cli_env_close(&env);
+  if (s != NG_SUCCESS) {
+    rc = cli_fail_status(s, "tune gemm", err, sizeof err);
+    return cli_error(rc, "%s", err);
+  }
+  if (json)
+    printf("{\"op\":\"gemm\",\"size\":%lld,\"candidates\":%u,\"rejected\":%u,"
+           "\"default_ms\":%.4f,\"best_ms\":%.4f,\"default_tflops\":%.3f,\"best_tflops\":%.3f,"
+           "\"best\":\"%s\",\"stored\":%s}\n",
+           size, r.candidates, r.rejected, r.default_ms, r.best_ms, r.default_tflops,
+           r.best_tflops, r.best, r.stored ? "true" : "false");
+  else
+    printf("gemm %lld^3: %u candidates (%u rejected)  before %.3f ms (%.2f TFLOP/s)  best %.3f ms "
+           "(%.2f TFLOP/s)  %s  stored: %s\n",
+           size, r.candidates, r.rejected, r.default_ms, r.default_tflops, r.best_ms,
+           r.best_tflops, r.best, r.stored ? "yes" : dry ? "no (--dry-run)" : "no");
+  return CLI_OK;
+}
+
 int cli_cmd_tune(int argc, char **argv) {
   const char *op_name = NULL, *dev = NULL, *pass = "all", *hidden = "1024,4096,16384";
-  long long total = 1ll << 25;
+  long long total = 1ll << 25, gemm_size = 0;
   ng_dtype dt = NG_BF16;
   bool dry = false, json = false;
   for (int i = 1; i < argc; i++) {
@@ -351,6 +398,10 @@ int cli_cmd_tune(int argc, char **argv) {
       else if (!strcmp(v, "f16")) dt = NG_F16;
       else if (!strcmp(v, "bf16")) dt = NG_BF16;
       else return cli_error(CLI_USAGE, "tune: --dtype: '%s' is not f32, f16 or bf16", v);
+    } else if (!strcmp(a, "--size")) {
+      char err[256];
+      if (cli_parse_ll(a, argv[++i], 64, 16384, &gemm_size, err, sizeof err) || gemm_size % 64)
+        return cli_error(CLI_USAGE, "tune: --size: a multiple of 64 in [64, 16384]");
     } else if (!strcmp(a, "--total")) {
       char err[256];
       if (cli_parse_ll(a, argv[++i], 1, 1ll << 34, &total, err, sizeof err))
@@ -360,6 +411,7 @@ int cli_cmd_tune(int argc, char **argv) {
     else op_name = a;
   }
   if (!op_name) return cli_error(CLI_USAGE, "tune: missing OP (see `normgrad-cli tune --help`)");
+  if (!strcmp(op_name, "gemm")) return tune_gemm(dev, gemm_size, dry, json);
   const tune_target *t = NULL;
   for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
     if (!strcmp(targets[i].op, op_name)) t = &targets[i];
