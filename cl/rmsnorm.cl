@@ -281,3 +281,101 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   }
 #endif
 }
+
+/* ---- backward with dW for rows too long for registers (GPU shape) ---------------------------
+ * A 65536-wide row's dW sums would fill a compute unit's whole register file, so here the work
+ * is split by columns instead: ng_rmsnorm_bwd_dot puts each row's Σ dy·w'·x in `dots` (the same
+ * loop and reduction as the streaming path above, so the same bits), then ng_rmsnorm_bwd_cols
+ * gives each work-group a block of columns and a share of the rows: its dW sums stay in
+ * registers for all of them and are written (first chunk) or added (later chunks) to its row of
+ * `part` once. The host runs the two over chunks of rows small enough that the second kernel
+ * finds dy and x still in the L2 cache. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_rmsnorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                   __global const WT *w, ulong w_off, __global float *dots, ulong dots_off,
+                   uint row0, uint row_end, uint n, float offset) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  dots += dots_off;
+  for (uint r = row0 + get_group_id(0); r < row_end; r += get_num_groups(0)) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    floatV acc = (floatV)(0.0f);
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV m = LDX(dyr, i) * WPRIME(w, i, offset);
+      acc = fma(m, LDX(xr, i), acc);
+    }
+    const float dot = ng_wg_sum(ng_hsum(acc), red);
+    if (lid == 0) dots[r] = dot;
+  }
+}
+
+#if HAS_DS
+#define RMS_COLS ng_fused_add_rmsnorm_bwd_cols
+#else
+#define RMS_COLS ng_rmsnorm_bwd_cols
+#endif
+/* Group g: column block g % nblocks (WG·REG vectors), rows row0 + g / nblocks, + rgroups, … */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+         __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
+         __global XT *dx, ulong dx_off, __global const float *dots, ulong dots_off,
+         __global float *part, ulong part_off, uint row0, uint row_end, uint n, float offset,
+         int mode, uint nblocks, int first
+#if HAS_DS
+         , __global const XT *ds, ulong ds_off
+#endif
+) {
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  const uint blk = get_group_id(0) % nblocks, rg = get_group_id(0) / nblocks;
+  const uint rgroups = get_num_groups(0) / nblocks;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  rstd += rstd_off;
+  dx += dx_off;
+  dots += dots_off;
+#if HAS_DS
+  ds += ds_off;
+#endif
+  floatV wc[REG], dwr[REG];
+#pragma unroll
+  for (int k = 0; k < REG; k++) {
+    const uint i = blk * (WG * REG) + (uint)k * WG + lid;
+    wc[k] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+    dwr[k] = (floatV)(0.0f);
+  }
+  for (uint r = row0 + rg; r < row_end; r += rgroups) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+#if HAS_DS
+    __global const XT *dsr = ds + (ulong)r * n;
+#endif
+    const float rs = rstd[r];
+    const float c = (rs * rs * rs) * (dots[r] / (float)n);
+#pragma unroll
+    for (int k = 0; k < REG; k++) {
+      const uint i = blk * (WG * REG) + (uint)k * WG + lid;
+      if (i < nv) {
+        const floatV d = LDX(dyr, i), xv = LDX(xr, i);
+        STX(dxr, i, DX_OUT(i, rs * (d * wc[k]) - c * xv));
+        floatV xh = xv * rs;
+        if (mode == NG_CAST_LLAMA) xh = RDX(xh);
+        dwr[k] = fma(d, xh, dwr[k]);
+      }
+    }
+  }
+  __global float *prow = part + part_off + (ulong)rg * n;
+#pragma unroll
+  for (int k = 0; k < REG; k++) {
+    const uint i = blk * (WG * REG) + (uint)k * WG + lid;
+    if (i < nv)
+      NG_STV(NG_F32, prow, i, first ? dwr[k] : NG_LDV(NG_F32, prow, i) + dwr[k]);
+  }
+}
