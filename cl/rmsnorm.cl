@@ -288,8 +288,8 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
  * loop and reduction as the streaming path above, so the same bits), then ng_rmsnorm_bwd_cols
  * gives each work-group a block of columns and a share of the rows: its dW sums stay in
  * registers for all of them and are written (first chunk) or added (later chunks) to its row of
- * `part` once. The host runs the two over chunks of rows small enough that the second kernel
- * finds dy and x still in the L2 cache. */
+ * `part` once (the host may run the pair over chunks of rows: later chunks add). dy and x are
+ * read twice, which still beats the per-row read-modify-write of partial rows it replaces. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_rmsnorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                    __global const WT *w, ulong w_off, __global float *dots, ulong dots_off,

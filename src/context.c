@@ -59,8 +59,16 @@ ng_status ng_context_create(cl_context cl_ctx, cl_device_id device, ng_context *
   cl_device_id *cds = calloc(nd ? nd : 1, sizeof *cds);
   if (!cds) return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "context device list");
   ce = clGetContextInfo(cl_ctx, CL_CONTEXT_DEVICES, nd * sizeof *cds, cds, NULL);
+  /* A sub-device counts as its context device's: PoCL lists the root device as the device of
+   * a context created on a sub-device (and accepts queues for either). */
   bool member = false;
-  for (cl_uint i = 0; ce == CL_SUCCESS && i < nd; i++) member = member || cds[i] == device;
+  for (cl_device_id d = device; d && !member && ce == CL_SUCCESS;) {
+    for (cl_uint i = 0; i < nd; i++) member = member || cds[i] == d;
+    cl_device_id parent = NULL;
+    if (clGetDeviceInfo(d, CL_DEVICE_PARENT_DEVICE, sizeof parent, &parent, NULL) != CL_SUCCESS)
+      break;
+    d = parent;
+  }
   free(cds);
   if (ce != CL_SUCCESS) return ng_fail(ce, "cl_context: its device list cannot be read");
   if (!member) return ng_fail(CL_INVALID_DEVICE, "device is not one of the cl_context's devices");

@@ -874,8 +874,9 @@ static void test_prebuild_gpu_shapes(void **state) {
   static opt_set set;
   set.n = 0;
   NG_OK(ng_rmsnorm_for_each_variant(c, collect_opts, &set));
-  /* 6 work-group sizes (32…1024) × (24 forward + 24 frozen + 18 with dW) + 3 reductions */
-  assert_int_equal(set.n, 6 * 66 + 3);
+  /* forward: 6 work-group sizes (32…1024, 2 slots) × 24; backward: 7 shapes (32…512 with one
+   * slot, 512 with 2 and 4) × (24 frozen + 18 with dW); + 3 reductions */
+  assert_int_equal(set.n, 6 * 24 + 7 * 42 + 3);
   size_t ns[600];
   size_t k = 0;
   for (size_t n = 1; n <= 4100; n += (n < 300 ? 1 : 37)) ns[k++] = n;

@@ -122,7 +122,7 @@ static const char *rms_kind(bool fused, bool compute_dw) {
 
 /* Backward with dW on a GPU for rows longer than its work-group's registers: split by columns
  * (cl/rmsnorm.cl, ng_rmsnorm_bwd_dot + ng_rmsnorm_bwd_cols). `rgroups` row groups each own a row
- * of partials; `chunk` rows per pair of launches keep dy and x in a ~24 MB window (L2). */
+ * of partials; `chunk` rows per pair of launches (all of them: see plan_split). */
 typedef struct split_plan {
   bool on;
   size_t nblocks, rgroups, chunk;
@@ -135,14 +135,14 @@ static split_plan plan_split(const ng_context *ctx, const ng_row_launch *l, size
   if (l->wg == 1 || nv <= cover) return sp;
   sp.on = true;
   sp.nblocks = (nv + cover - 1) / cover;
-  const size_t want = (size_t)ctx->info.compute_units * (2048 / l->wg ? 2048 / l->wg : 1);
+  const size_t want = (size_t)ctx->info.compute_units * (1024 / l->wg ? 1024 / l->wg : 1);
   sp.rgroups = (want + sp.nblocks - 1) / sp.nblocks;
   if (sp.rgroups > rows) sp.rgroups = rows;
   if (sp.rgroups == 0) sp.rgroups = 1;
-  const size_t row_bytes = 2 * n * elem_bytes;
-  sp.chunk = ((size_t)24 << 20) / (row_bytes ? row_bytes : 1);
-  if (sp.chunk < sp.rgroups) sp.chunk = sp.rgroups;
-  if (sp.chunk > rows) sp.chunk = rows;
+  /* One chunk: chunks small enough for L2 (~24 MB) would each re-read and re-write the
+   * rgroups·n partials, which at these row lengths costs more than re-reading dy and x. */
+  (void)elem_bytes;
+  sp.chunk = rows;
   return sp;
 }
 
