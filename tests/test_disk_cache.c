@@ -888,7 +888,10 @@ static void test_prebuild_gpu_shapes(void **state) {
       for (int pass = 0; pass < 3; pass++)
         for (int xi = 0; xi < 3; xi++)
           for (int wi = pass == 2 ? 0 : -1; wi < 3; wi++) {
-            const ng_row_launch l = ng_choose_row_launch(c, 1000, ns[i], aligned, pass == 2);
+            const ng_row_launch l = ng_choose_row_launch(c, 1000, ns[i], aligned,
+                                                         pass == 0   ? NG_ROWS_FWD
+                                                         : pass == 1 ? NG_ROWS_BWD_FROZEN
+                                                                     : NG_ROWS_BWD_DW);
             ng_opts o;
             ng_opts_init(&o);
             ng_row_opts_dt(&o, &l, fl[xi], wi >= 0, wi >= 0 ? fl[wi] : NG_F32);
