@@ -779,10 +779,14 @@ static void test_prebuild(void **state) {
   unsigned nops = 0; /* the table ends; every name is a CLI op name */
   while (nops < 64 && ng_prebuild_op_name(nops)) nops++;
   assert_true(nops >= 1 && nops < 64);
-  /* On a GPU the work-group size follows the row length (six sizes on an H100): pin it so the
-   * count below holds on every device, and the prebuild stays small. */
+  /* On a GPU the work-group size, register slots and prefetch follow the row length: pin them
+   * so the count below holds on every device, and the prebuild stays small. */
   ng_context *c = ctx_with(dir);
-  if (!e->is_cpu) NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
+  if (!e->is_cpu) { /* work-group, slots and prefetch follow the row length on GPUs */
+    NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
+    NG_OK(ng_context_override(c, NG_TUNE_REG_COLS, 2));
+    NG_OK(ng_context_override(c, NG_TUNE_PREFETCH, 1));
+  }
   unsigned count = 0;
   NG_EXPECT_STATUS(ng_prebuild(c, "no-such-op", &count), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(ng_prebuild(NULL, "rmsnorm", &count), NG_ERR_NULL_HANDLE);
@@ -826,7 +830,11 @@ static void test_prebuild(void **state) {
   ng_context_release(c);
 
   c = ctx_with(dir);
-  if (!e->is_cpu) NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
+  if (!e->is_cpu) { /* work-group, slots and prefetch follow the row length on GPUs */
+    NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
+    NG_OK(ng_context_override(c, NG_TUNE_REG_COLS, 2));
+    NG_OK(ng_context_override(c, NG_TUNE_PREFETCH, 1));
+  }
   /* the same op in a fresh context: every program comes from disk (NULL would prebuild every
    * op family, far more programs than this test needs to compile) */
   NG_OK(ng_prebuild(c, "rmsnorm", &count));
