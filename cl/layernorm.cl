@@ -300,3 +300,114 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     }
   }
 }
+
+/* ---- backward with partials for rows too long for registers (GPU shape) ---------------------
+ * As in cl/rmsnorm.cl: ng_layernorm_bwd_dot stores each row's (Σ xhat·g, Σ g) in `sums` with the
+ * streaming loop and reduction above (so the same bits as the frozen backward), then
+ * ng_layernorm_bwd_cols gives each work-group a block of columns and a share of the rows, with
+ * its dW / dB sums in registers, written once to its rows of `part` (rgroups rows of dW, then
+ * rgroups rows of dB). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                     __global const WT *w, ulong w_off, __global const float *mean,
+                     ulong mean_off, __global const float *rstd, ulong rstd_off,
+                     __global float *sums, ulong sums_off, uint rows, uint n) {
+  __local float2 red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  sums += sums_off;
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    const float mu = mean[r], rs = rstd[r];
+    accT a1 = 0.0f, a2 = 0.0f;
+    for (uint i = lid; i < nv; i += WG) {
+      const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
+      a1 = ACC_FMA(xh, g, a1);
+      a2 = ACC_ADD(a2, g);
+    }
+    const float2 s = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+    if (lid == 0) {
+      sums[2 * (ulong)r] = s.x;
+      sums[2 * (ulong)r + 1] = s.y;
+    }
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                      __global const WT *w, ulong w_off, __global const float *mean,
+                      ulong mean_off, __global const float *rstd, ulong rstd_off,
+                      __global XT *dx, ulong dx_off, __global const float *sums, ulong sums_off,
+                      __global float *part, ulong part_off, uint rows, uint n, uint nblocks) {
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  const uint blk = get_group_id(0) % nblocks, rg = get_group_id(0) / nblocks;
+  const uint rgroups = get_num_groups(0) / nblocks;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  dx += dx_off;
+  sums += sums_off;
+#if COMPUTE_DW
+  floatV dwr[REG];
+#endif
+#if COMPUTE_DB
+  floatV dbr[REG];
+#endif
+#pragma unroll
+  for (int k = 0; k < REG; k++) {
+#if COMPUTE_DW
+    dwr[k] = (floatV)(0.0f);
+#endif
+#if COMPUTE_DB
+    dbr[k] = (floatV)(0.0f);
+#endif
+  }
+  for (uint r = rg; r < rows; r += rgroups) {
+    __global const XT *dyr = dy + (ulong)r * n;
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+    const float mu = mean[r], rs = rstd[r];
+    const float c1 = sums[2 * (ulong)r] / (float)n, c2 = sums[2 * (ulong)r + 1] / (float)n;
+#pragma unroll
+    for (int k = 0; k < REG; k++) {
+      const uint i = blk * (WG * REG) + (uint)k * WG + lid;
+      if (i < nv) {
+        const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
+        STX(dxr, i, DX(d, xh, i));
+#if COMPUTE_DW
+        dwr[k] = fma(d, xh, dwr[k]);
+#endif
+#if COMPUTE_DB
+        dbr[k] += d;
+#endif
+      }
+    }
+  }
+#if NEED_PART
+  __global float *prow = part + part_off + (ulong)rg * n;
+#pragma unroll
+  for (int k = 0; k < REG; k++) {
+    const uint i = blk * (WG * REG) + (uint)k * WG + lid;
+    if (i < nv) {
+#if COMPUTE_DW
+      NG_STV(NG_F32, prow, i, dwr[k]);
+#endif
+#if COMPUTE_DB
+      NG_STV(NG_F32, prow + (COMPUTE_DW ? (ulong)rgroups * n : 0), i, dbr[k]);
+#endif
+    }
+  }
+#else
+  (void)part;
+  (void)part_off;
+#endif
+}

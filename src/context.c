@@ -378,6 +378,19 @@ void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool h
   ng_nv_opts(o, l);
 }
 
+bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
+                  size_t *nblocks, size_t *rgroups) {
+  const size_t nv = n / l->vec, cover = (size_t)l->wg * l->reg_cols;
+  if (l->wg == 1 || nv <= cover) return false;
+  *nblocks = (nv + cover - 1) / cover;
+  /* about 1024 resident work-items per compute unit, as for the dW grid */
+  const size_t want = (size_t)ctx->info.compute_units * (1024 / l->wg ? 1024 / l->wg : 1);
+  size_t g = (want + *nblocks - 1) / *nblocks;
+  if (g > rows) g = rows;
+  *rgroups = g ? g : 1;
+  return true;
+}
+
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
   if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);

@@ -201,6 +201,12 @@ typedef struct ng_row_launch {
   bool prefetch;     /* prefetch each group's next row into L2 (NVIDIA PTX) */
   bool nv_bf16;      /* bf16 rounding by PTX cvt (NVIDIA sm_80+) */
 } ng_row_launch;
+/* Backward with parameter partials on a GPU for rows longer than a work-group's registers: split
+ * by columns (a row-sums kernel, then a column-block kernel whose partials stay in registers).
+ * False when the launch holds rows in registers (or is the CPU shape); else the column blocks
+ * and the row groups (each owns one row of partials per section). */
+bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
+                  size_t *nblocks, size_t *rgroups);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */

@@ -69,6 +69,16 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                     NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
+/* Scratch of a backward with partials: G rows per section, or with the column split
+ * (ng_col_split) rgroups rows per section plus two row sums per row. */
+static size_t bwd_scratch_bytes(const ng_context *ctx, const ng_row_launch *l, size_t rows,
+                                size_t n, size_t sections) {
+  size_t nblocks, rgroups;
+  if (ng_col_split(ctx, l, rows, n, &nblocks, &rgroups))
+    return rgroups * 4 * sections * n + 8 * rows;
+  return (size_t)l->groups * 4 * sections * n;
+}
+
 ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
                                              int compute_dweight, int compute_dbias,
                                              size_t *bytes) {
@@ -86,8 +96,13 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   const ng_row_launch l1 =
       ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, false, NG_ROWS_BWD_DW);
   const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
-  if (ng_mul_overflows(groups * 4 * sections, p->n, bytes))
+  size_t unused;
+  if (ng_mul_overflows((groups + 2) * 4 * sections, p->n, &unused) ||
+      ng_mul_overflows(p->rows, 8, &unused))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
+  const size_t b8 = bwd_scratch_bytes(ctx, &l8, p->rows, p->n, sections);
+  const size_t b1 = bwd_scratch_bytes(ctx, &l1, p->rows, p->n, sections);
+  *bytes = b8 > b1 ? b8 : b1;
   return NG_SUCCESS;
 }
 
@@ -131,7 +146,10 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
       ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
       partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
-  const size_t scratch_bytes = (size_t)l.groups * 4 * sections * p->n;
+  size_t nblocks = 0, rgroups = 0;
+  const bool split = partials && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
+  const size_t scratch_bytes = partials ? bwd_scratch_bytes(ctx, &l, p->rows, p->n, sections) : 0;
+  const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
   ng_opts o;
   ng_opts_init(&o);
   /* The bias is not read backward (it only says whether dB may be asked for). */
@@ -156,15 +174,35 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(rstd.mem), NG_ARG(ro),  NG_ARG(dx.mem),     NG_ARG(dxo),
                          NG_ARG(sc.mem),   NG_ARG(po),  NG_ARG(rows),       NG_ARG(n)};
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  s = ng_enqueue(queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
-                 NG_ARRAY_LEN(args), nwait, wait, partials ? NULL : event);
+  if (split) {
+    cl_ulong so = po + (cl_ulong)rgroups * sections * p->n; /* the row sums follow the partials */
+    cl_uint nb = (cl_uint)nblocks;
+    const ng_arg sargs[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                            NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(mean.mem), NG_ARG(mo),
+                            NG_ARG(rstd.mem), NG_ARG(ro), NG_ARG(sc.mem),  NG_ARG(so),
+                            NG_ARG(rows),   NG_ARG(n)};
+    const size_t dot_groups = p->rows < ((size_t)1 << 20) ? p->rows : ((size_t)1 << 20);
+    s = ng_enqueue(queue, prog, "ng_layernorm_bwd_dot", dot_groups * l.wg, l.wg, sargs,
+                   NG_ARRAY_LEN(sargs), nwait, wait, NULL);
+    const ng_arg cargs[] = {NG_ARG(dy.mem),   NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                            NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(mean.mem), NG_ARG(mo),
+                            NG_ARG(rstd.mem), NG_ARG(ro),  NG_ARG(dx.mem),   NG_ARG(dxo),
+                            NG_ARG(sc.mem),   NG_ARG(so),  NG_ARG(sc.mem),   NG_ARG(po),
+                            NG_ARG(rows),     NG_ARG(n),   NG_ARG(nb)};
+    if (s == NG_SUCCESS)
+      s = ng_enqueue(queue, prog, "ng_layernorm_bwd_cols", nblocks * rgroups * l.wg, l.wg, cargs,
+                     NG_ARRAY_LEN(cargs), 0, NULL, NULL);
+  } else {
+    s = ng_enqueue(queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
+                   NG_ARRAY_LEN(args), nwait, wait, partials ? NULL : event);
+  }
   /* Sections of the scratch: dW partials first (when computed), then dB partials. */
   if (s == NG_SUCCESS && compute_dw)
-    s = ng_enqueue_reduce_partials(ctx, queue, rw, sc.mem, po, l.groups, p->n, dweight, acc, 0,
+    s = ng_enqueue_reduce_partials(ctx, queue, rw, sc.mem, po, part_rows, p->n, dweight, acc, 0,
                                    NULL, compute_db ? NULL : event);
   if (s == NG_SUCCESS && compute_db)
     s = ng_enqueue_reduce_partials(ctx, queue, rb, sc.mem,
-                                   po + (compute_dw ? (size_t)l.groups * p->n : 0), l.groups,
+                                   po + (compute_dw ? (size_t)part_rows * p->n : 0), part_rows,
                                    p->n, dbias, acc, 0, NULL, event);
   ng_scratch_release(&sc);
   return s;

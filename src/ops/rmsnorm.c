@@ -121,8 +121,10 @@ static const char *rms_kind(bool fused, bool compute_dw) {
 }
 
 /* Backward with dW on a GPU for rows longer than its work-group's registers: split by columns
- * (cl/rmsnorm.cl, ng_rmsnorm_bwd_dot + ng_rmsnorm_bwd_cols). `rgroups` row groups each own a row
- * of partials; `chunk` rows per pair of launches (all of them: see plan_split). */
+ * (cl/rmsnorm.cl, ng_rmsnorm_bwd_dot + ng_rmsnorm_bwd_cols; ng_col_split). `rgroups` row groups
+ * each own a row of partials; the pair runs once over all rows (`chunk`): chunks small enough
+ * for L2 would each re-read and re-write the rgroups·n partials, which at these row lengths
+ * costs more than re-reading dy and x. */
 typedef struct split_plan {
   bool on;
   size_t nblocks, rgroups, chunk;
@@ -131,17 +133,8 @@ typedef struct split_plan {
 static split_plan plan_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
                              size_t elem_bytes) {
   split_plan sp = {false, 0, 0, 0};
-  const size_t nv = n / l->vec, cover = (size_t)l->wg * l->reg_cols;
-  if (l->wg == 1 || nv <= cover) return sp;
-  sp.on = true;
-  sp.nblocks = (nv + cover - 1) / cover;
-  const size_t want = (size_t)ctx->info.compute_units * (1024 / l->wg ? 1024 / l->wg : 1);
-  sp.rgroups = (want + sp.nblocks - 1) / sp.nblocks;
-  if (sp.rgroups > rows) sp.rgroups = rows;
-  if (sp.rgroups == 0) sp.rgroups = 1;
-  /* One chunk: chunks small enough for L2 (~24 MB) would each re-read and re-write the
-   * rgroups·n partials, which at these row lengths costs more than re-reading dy and x. */
   (void)elem_bytes;
+  sp.on = ng_col_split(ctx, l, rows, n, &sp.nblocks, &sp.rgroups);
   sp.chunk = rows;
   return sp;
 }
@@ -255,7 +248,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
       const ng_arg dargs[] = {NG_ARG(dy.mem), NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
                               NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(sc.mem), NG_ARG(dots),
                               NG_ARG(a),      NG_ARG(b),      NG_ARG(n),     NG_ARG(off)};
-      s = ng_enqueue(queue, prog, "ng_rmsnorm_bwd_dot", (size_t)(b - a) * l.wg, l.wg, dargs,
+      const size_t dot_groups = b - a < (1u << 20) ? b - a : (1u << 20); /* the kernel loops */
+      s = ng_enqueue(queue, prog, "ng_rmsnorm_bwd_dot", dot_groups * l.wg, l.wg, dargs,
                      (cl_uint)NG_ARRAY_LEN(dargs), first ? nwait : 0, first ? wait : NULL, NULL);
       const ng_arg cargs[] = {NG_ARG(dy.mem), NG_ARG(dyo),    NG_ARG(x.mem),      NG_ARG(xo),
                               NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(rstd.mem),   NG_ARG(ro),
