@@ -101,15 +101,17 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
   return s;
 }
 
-ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
-                     size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
+ng_status ng_enqueue(ng_context *ctx, cl_command_queue q, cl_program prog, const char *kname,
+                     size_t global, size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
                      const cl_event *wait, cl_event *event) {
   /* The ops check the wait list before anything else; this catches an op that does not, before
    * the runtime dereferences a NULL list. */
   cl_int e = ng_check_wait_list(nwait, nwait ? wait : NULL);
   if (e != CL_SUCCESS) return e;
-  cl_kernel k = clCreateKernel(prog, kname, &e);
-  if (!k) return ng_fail(e, "clCreateKernel(%s) failed", kname);
+  ng_kernel_slot *slot = ng_kernel_get(ctx, prog, kname, &e);
+  if (!slot) return ng_fail(e, "clCreateKernel(%s) failed", kname);
+  cl_kernel k = slot->kernel;
+  pthread_mutex_lock(&slot->lock); /* arguments are the kernel object's state until enqueued */
   for (cl_uint i = 0; i < nargs && e == CL_SUCCESS; i++) {
     e = clSetKernelArg(k, i, args[i].size, args[i].ptr);
     if (e != CL_SUCCESS) ng_fail(e, "clSetKernelArg(%s, %u) failed", kname, i);
@@ -124,7 +126,7 @@ ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, siz
       ng_fail(e, "clEnqueueNDRangeKernel(%s, global %zu, local %zu) failed", kname, global,
               local);
   }
-  clReleaseKernel(k);
+  pthread_mutex_unlock(&slot->lock);
   return e;
 }
 

@@ -55,6 +55,17 @@ typedef struct ng_tuned_entry {
   unsigned v[NG_TUNE_SLOTS];
 } ng_tuned_entry;
 
+/* A kernel object kept for reuse (clCreateKernel costs tens of microseconds on PoCL). Its
+ * arguments are per-object state, so setting them and enqueueing happen under `lock`: the
+ * values are captured at enqueue, after which another thread may reuse the object. */
+typedef struct ng_kernel_slot {
+  cl_program program;
+  char name[64];
+  cl_kernel kernel;
+  pthread_mutex_t lock;
+  struct ng_kernel_slot *next;
+} ng_kernel_slot;
+
 struct ng_context {
   cl_context cl_ctx;
   cl_device_id device;
@@ -65,6 +76,8 @@ struct ng_context {
   char xgemm[256]; /* stored CLBlast Xgemm parameters ("KWG=32 KWI=2 …"), applied at creation */
   pthread_mutex_t lock;
   ng_program_entry *programs;
+  ng_kernel_slot *kernels; /* guarded by `lock`; released with the programs */
+  struct ng_src_hash *src_hashes; /* per source name, hashed once (guarded by `lock`) */
   uint64_t programs_built, cache_hits, disk_hits;
   ng_disk_cache disk; /* settings and counters guarded by `lock` */
 };
@@ -82,6 +95,8 @@ void ng_opts_add(ng_opts *o, const char *name, long long value);
 ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
                          cl_program *out);
 void ng_program_cache_clear(ng_context *ctx);
+/* The context's kernel object for (prog, name), created on first use. NULL with *err set. */
+ng_kernel_slot *ng_kernel_get(ng_context *ctx, cl_program prog, const char *name, cl_int *err);
 
 /* What identifies a program apart from the device: the disk cache's key is built from it. */
 typedef struct ng_program_id {
@@ -168,9 +183,9 @@ typedef struct ng_arg {
 #define NG_ARG_LOCAL(bytes) ((ng_arg){(bytes), NULL})
 
 /* Enqueue kernel `kname` of `prog` over a 1-D range. */
-ng_status ng_enqueue(cl_command_queue q, cl_program prog, const char *kname, size_t global,
-                     size_t local, const ng_arg *args, cl_uint nargs, cl_uint nwait,
-                     const cl_event *wait, cl_event *event);
+ng_status ng_enqueue(ng_context *ctx, cl_command_queue q, cl_program prog, const char *kname,
+                     size_t global, size_t local, const ng_arg *args, cl_uint nargs,
+                     cl_uint nwait, const cl_event *wait, cl_event *event);
 
 /* Record an event of an enqueued command for ng_profile_* when this thread is profiling
  * (retains it). Call with the event of every enqueue the library makes outside ng_enqueue. */

@@ -42,17 +42,64 @@ static ng_status build(ng_context *ctx, const char *name, const ng_opts *opts,
   return NG_SUCCESS;
 }
 
+/* The hash of a source, computed once per context: hashing tens of kilobytes on every call was
+ * most of an op's host time. (With NG_DEV_KERNEL_DIR a context keeps the sources it first saw;
+ * a new context sees edits.) */
+struct ng_src_hash {
+  char name[32];
+  uint64_t hash;
+  size_t len;
+  struct ng_src_hash *next;
+};
+
+static bool src_hash_lookup(ng_context *ctx, const char *name, uint64_t *h, size_t *len) {
+  bool found = false;
+  pthread_mutex_lock(&ctx->lock);
+  for (struct ng_src_hash *e = ctx->src_hashes; e && !found; e = e->next)
+    if (strcmp(e->name, name) == 0) {
+      *h = e->hash;
+      *len = e->len;
+      found = true;
+    }
+  pthread_mutex_unlock(&ctx->lock);
+  return found;
+}
+
+static void src_hash_store(ng_context *ctx, const char *name, uint64_t h, size_t len) {
+  struct ng_src_hash *e = calloc(1, sizeof *e);
+  if (!e || strlen(name) >= sizeof e->name) {
+    free(e); /* not memoised: only slower */
+    return;
+  }
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->hash = h;
+  e->len = len;
+  pthread_mutex_lock(&ctx->lock);
+  e->next = ctx->src_hashes;
+  ctx->src_hashes = e;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
 ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
                          cl_program *out) {
   if (opts->overflow) return ng_fail(NG_ERR_INTERNAL, "build options too long for %s", name);
   ng_source src;
-  ng_status s = ng_source_get(name, &src);
-  if (s != NG_SUCCESS) return s;
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < 2; i++) h = ng_fnv1a(h, src.parts[i], src.lens[i]);
+  bool have_src = false;
+  ng_status s = NG_SUCCESS;
+  uint64_t h = 0;
+  size_t src_len = 0;
+  if (!src_hash_lookup(ctx, name, &h, &src_len)) {
+    s = ng_source_get(name, &src);
+    if (s != NG_SUCCESS) return s;
+    have_src = true;
+    h = 1469598103934665603ull;
+    for (int i = 0; i < 2; i++) h = ng_fnv1a(h, src.parts[i], src.lens[i]);
+    src_len = src.lens[0] + src.lens[1];
+    src_hash_store(ctx, name, h, src_len);
+  }
   char *key = make_key(name, opts, h);
   if (!key) {
-    ng_source_free(&src);
+    if (have_src) ng_source_free(&src);
     return ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "program key");
   }
 
@@ -62,21 +109,25 @@ ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
   pthread_mutex_unlock(&ctx->lock);
   if (hit) {
     free(key);
-    ng_source_free(&src);
+    if (have_src) ng_source_free(&src);
     *out = hit;
     return NG_SUCCESS;
   }
 
   /* Memory miss: the disk cache, else the compiler (then the disk cache keeps the result). */
-  size_t src_len = src.lens[0] + src.lens[1];
   const ng_program_id id = {name, h, src_len, opts->text};
   cl_program built = ng_disk_load(ctx, &id);
   const bool from_disk = built != NULL;
   if (!from_disk) {
+    if (!have_src && (s = ng_source_get(name, &src)) != NG_SUCCESS) {
+      free(key);
+      return s;
+    }
+    have_src = true;
     s = build(ctx, name, opts, &src, &built);
     if (s == NG_SUCCESS) ng_disk_store(ctx, &id, built);
   }
-  ng_source_free(&src);
+  if (have_src) ng_source_free(&src);
   if (s != NG_SUCCESS) {
     free(key);
     return s;
@@ -105,11 +156,68 @@ ng_status ng_get_program(ng_context *ctx, const char *name, const ng_opts *opts,
   return NG_SUCCESS;
 }
 
+ng_kernel_slot *ng_kernel_get(ng_context *ctx, cl_program prog, const char *name, cl_int *err) {
+  *err = CL_SUCCESS;
+  if (strlen(name) >= sizeof ((ng_kernel_slot *)0)->name) {
+    *err = CL_INVALID_KERNEL_NAME;
+    return NULL;
+  }
+  pthread_mutex_lock(&ctx->lock);
+  for (ng_kernel_slot *k = ctx->kernels; k; k = k->next)
+    if (k->program == prog && strcmp(k->name, name) == 0) {
+      pthread_mutex_unlock(&ctx->lock);
+      return k;
+    }
+  pthread_mutex_unlock(&ctx->lock);
+  /* create outside the lock; when two threads race, the first insert wins */
+  cl_kernel kern = clCreateKernel(prog, name, err);
+  if (!kern) return NULL;
+  ng_kernel_slot *slot = calloc(1, sizeof *slot);
+  if (!slot || pthread_mutex_init(&slot->lock, NULL) != 0) {
+    free(slot);
+    clReleaseKernel(kern);
+    *err = CL_OUT_OF_HOST_MEMORY;
+    return NULL;
+  }
+  slot->program = prog;
+  snprintf(slot->name, sizeof slot->name, "%s", name);
+  slot->kernel = kern;
+  pthread_mutex_lock(&ctx->lock);
+  for (ng_kernel_slot *k = ctx->kernels; k; k = k->next)
+    if (k->program == prog && strcmp(k->name, name) == 0) {
+      pthread_mutex_unlock(&ctx->lock);
+      pthread_mutex_destroy(&slot->lock);
+      clReleaseKernel(slot->kernel);
+      free(slot);
+      return k;
+    }
+  slot->next = ctx->kernels;
+  ctx->kernels = slot;
+  pthread_mutex_unlock(&ctx->lock);
+  return slot;
+}
+
 void ng_program_cache_clear(ng_context *ctx) {
   pthread_mutex_lock(&ctx->lock);
   ng_program_entry *e = ctx->programs;
   ctx->programs = NULL;
+  ng_kernel_slot *ks = ctx->kernels;
+  ctx->kernels = NULL;
   pthread_mutex_unlock(&ctx->lock);
+  struct ng_src_hash *sh = ctx->src_hashes;
+  ctx->src_hashes = NULL;
+  while (sh) {
+    struct ng_src_hash *next = sh->next;
+    free(sh);
+    sh = next;
+  }
+  while (ks) { /* kernels before their programs */
+    ng_kernel_slot *next = ks->next;
+    clReleaseKernel(ks->kernel);
+    pthread_mutex_destroy(&ks->lock);
+    free(ks);
+    ks = next;
+  }
   while (e) {
     ng_program_entry *next = e->next;
     clReleaseProgram(e->program);

@@ -33,6 +33,6 @@ ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_pro
   cl_int acc = accumulate ? 1 : 0;
   const ng_arg args[] = {NG_ARG(part), NG_ARG(poff), NG_ARG(g),   NG_ARG(nn),
                          NG_ARG(out.mem), NG_ARG(ooff), NG_ARG(acc)};
-  return ng_enqueue(q, prog, "ng_reduce_partials", global, local, args, NG_ARRAY_LEN(args), nwait,
+  return ng_enqueue(ctx, q, prog, "ng_reduce_partials", global, local, args, NG_ARRAY_LEN(args), nwait,
                     wait, event);
 }

@@ -600,7 +600,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
                            NG_ARG(ign),           NG_ARG(t->ce_weight.mem), NG_ARG(w_off),
                            NG_ARG(vv),            NG_ARG(go_mem), NG_ARG(go_off),
                            NG_ARG(go_scalar),     NG_ARG(red),    NG_ARG(scr),   NG_ARG(st_off)};
-    s = ng_enqueue(queue, prog, "ng_flce_prep", l.wg, l.wg, args, NG_ARRAY_LEN(args), 0, NULL,
+    s = ng_enqueue(ctx, queue, prog, "ng_flce_prep", l.wg, l.wg, args, NG_ARRAY_LEN(args), 0, NULL,
                    NULL);
   }
 
@@ -613,7 +613,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
       const cl_uint cnt = (cl_uint)(cr * h);
       const ng_arg a[] = {NG_ARG(t->input.mem), NG_ARG(so), NG_ARG(scr), NG_ARG(dof),
                           NG_ARG(cnt)};
-      s = ng_enqueue(queue, prog, "ng_flce_to_f32", round_up(cr * h, small_local), small_local,
+      s = ng_enqueue(ctx, queue, prog, "ng_flce_to_f32", round_up(cr * h, small_local), small_local,
                      a, NG_ARRAY_LEN(a), 0, NULL, NULL);
     }
     if (s == NG_SUCCESS) s = run_plan(queue, &pl, G_LOGITS, k, r0, temp);
@@ -651,7 +651,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
                           NG_ARG(zl_m),         NG_ARG(zl_o),  NG_ARG(acc_m), NG_ARG(acc_o),
                           NG_ARG(fli),          NG_ARG(cap),   NG_ARG(eps),  NG_ARG(eps_v),
                           NG_ARG(lam)};
-      s = ng_enqueue(queue, prog, "ng_flce_rows", cr * l.wg, l.wg, a, NG_ARRAY_LEN(a), 0, NULL,
+      s = ng_enqueue(ctx, queue, prog, "ng_flce_rows", cr * l.wg, l.wg, a, NG_ARRAY_LEN(a), 0, NULL,
                      NULL);
     }
     if (s == NG_SUCCESS && present(t->dbias) && !gemms_only) {
@@ -659,7 +659,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
       const cl_int add = (k > 0 || acc) ? 1 : 0;
       const ng_arg a[] = {NG_ARG(scr), NG_ARG(zo), NG_ARG(vv), NG_ARG(cru), NG_ARG(t->dbias.mem),
                           NG_ARG(dbo), NG_ARG(add)};
-      s = ng_enqueue(queue, prog, "ng_flce_colsum", round_up(v, small_local), small_local, a,
+      s = ng_enqueue(ctx, queue, prog, "ng_flce_colsum", round_up(v, small_local), small_local, a,
                      NG_ARRAY_LEN(a), 0, NULL, NULL);
     }
     if (s == NG_SUCCESS && pl.need[G_DWEIGHT])
@@ -671,7 +671,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
         const cl_uint cnt = (cl_uint)(cr * h);
         const ng_arg a[] = {NG_ARG(scr), NG_ARG(so), NG_ARG(t->dinput.mem), NG_ARG(dof),
                             NG_ARG(cnt)};
-        s = ng_enqueue(queue, prog, "ng_flce_from_f32", round_up(cr * h, small_local),
+        s = ng_enqueue(ctx, queue, prog, "ng_flce_from_f32", round_up(cr * h, small_local),
                        small_local, a, NG_ARRAY_LEN(a), 0, NULL, NULL);
       }
     }
@@ -685,7 +685,7 @@ static ng_status flce_run(ng_context *ctx, cl_command_queue queue, const ng_flce
                         NG_ARG(btu),        NG_ARG(scr),  NG_ARG(st_off), NG_ARG(red),
                         NG_ARG(t->loss.mem), NG_ARG(lo),  NG_ARG(t->z_loss.mem), NG_ARG(zo),
                         NG_ARG(t->accuracy.mem), NG_ARG(ao)};
-    s = ng_enqueue(queue, prog, "ng_flce_finish", l.wg, l.wg, a, NG_ARRAY_LEN(a), 0, NULL, NULL);
+    s = ng_enqueue(ctx, queue, prog, "ng_flce_finish", l.wg, l.wg, a, NG_ARRAY_LEN(a), 0, NULL, NULL);
   }
   if (s == NG_SUCCESS && event) {
     cl_int e = clEnqueueMarkerWithWaitList(queue, 0, NULL, event);

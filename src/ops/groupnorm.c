@@ -212,10 +212,10 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(S),        NG_ARG(U),        NG_ARG(k),          NG_ARG(P),
                          NG_ARG(Ls),       NG_ARG(eps),      NG_ARG(split)};
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
-  s = ng_enqueue(queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
+  s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
                  wait, pl.split ? NULL : event);
   if (s == NG_SUCCESS && pl.split) /* same arguments but the last */
-    s = ng_enqueue(queue, prog, "ng_groupnorm_fwd_apply", global, pl.l.wg, args,
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd_apply", global, pl.l.wg, args,
                    NG_ARRAY_LEN(args) - 1, 0, NULL, event);
   ng_scratch_release(&sc);
   return s;
@@ -293,10 +293,10 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   const bool more = pl.split || compute_dw || compute_db; /* kernels after the first */
-  s = ng_enqueue(queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
+  s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
                  wait, more ? NULL : event);
   if (s == NG_SUCCESS && pl.split)
-    s = ng_enqueue(queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
                    NG_ARRAY_LEN(dx_args), 0, NULL, compute_dw || compute_db ? NULL : event);
   if (s == NG_SUCCESS && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dwo, (unsigned)lay.prows, p->channels,

@@ -65,7 +65,7 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(y.mem),      NG_ARG(yo),
                          NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
                          NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
-  return ng_enqueue(queue, prog, "ng_layernorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
+  return ng_enqueue(ctx, queue, prog, "ng_layernorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
                     NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
@@ -182,7 +182,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                             NG_ARG(rstd.mem), NG_ARG(ro), NG_ARG(sc.mem),  NG_ARG(so),
                             NG_ARG(rows),   NG_ARG(n)};
     const size_t dot_groups = p->rows < ((size_t)1 << 20) ? p->rows : ((size_t)1 << 20);
-    s = ng_enqueue(queue, prog, "ng_layernorm_bwd_dot", dot_groups * l.wg, l.wg, sargs,
+    s = ng_enqueue(ctx, queue, prog, "ng_layernorm_bwd_dot", dot_groups * l.wg, l.wg, sargs,
                    NG_ARRAY_LEN(sargs), nwait, wait, NULL);
     const ng_arg cargs[] = {NG_ARG(dy.mem),   NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
                             NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(mean.mem), NG_ARG(mo),
@@ -190,10 +190,10 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                             NG_ARG(sc.mem),   NG_ARG(so),  NG_ARG(sc.mem),   NG_ARG(po),
                             NG_ARG(rows),     NG_ARG(n),   NG_ARG(nb)};
     if (s == NG_SUCCESS)
-      s = ng_enqueue(queue, prog, "ng_layernorm_bwd_cols", nblocks * rgroups * l.wg, l.wg, cargs,
+      s = ng_enqueue(ctx, queue, prog, "ng_layernorm_bwd_cols", nblocks * rgroups * l.wg, l.wg, cargs,
                      NG_ARRAY_LEN(cargs), 0, NULL, NULL);
   } else {
-    s = ng_enqueue(queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
+    s = ng_enqueue(ctx, queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
                    NG_ARRAY_LEN(args), nwait, wait, partials ? NULL : event);
   }
   /* Sections of the scratch: dW partials first (when computed), then dB partials. */

@@ -79,7 +79,7 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
                          NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(pdt),        NG_ARG(has_b),
                          NG_ARG(y.mem),    NG_ARG(yo), NG_ARG(rstd.mem),   NG_ARG(ro),
                          NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
-  return ng_enqueue(queue, prog, "ng_polynorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
+  return ng_enqueue(ctx, queue, prog, "ng_polynorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
                     NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
@@ -147,7 +147,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                          NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
                          NG_ARG(n)};
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  s = ng_enqueue(queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
+  s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
                  nwait, wait, compute_dw || compute_db ? NULL : event);
   if (s == NG_SUCCESS && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdw, l.groups, 3, dweight, acc, 0,

@@ -102,7 +102,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                          NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(rows),  NG_ARG(n),
                          NG_ARG(eps),        NG_ARG(off), NG_ARG(mode)};
   for (size_t i = 0; i < NG_ARRAY_LEN(rest); i++) args[na++] = rest[i];
-  return ng_enqueue(queue, prog, fused ? "ng_fused_add_rmsnorm_fwd" : "ng_rmsnorm_fwd",
+  return ng_enqueue(ctx, queue, prog, fused ? "ng_fused_add_rmsnorm_fwd" : "ng_rmsnorm_fwd",
                     (size_t)l.groups * l.wg, l.wg, args, na, nwait, wait, event);
 }
 
@@ -249,7 +249,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                               NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(sc.mem), NG_ARG(dots),
                               NG_ARG(a),      NG_ARG(b),      NG_ARG(n),     NG_ARG(off)};
       const size_t dot_groups = b - a < (1u << 20) ? b - a : (1u << 20); /* the kernel loops */
-      s = ng_enqueue(queue, prog, "ng_rmsnorm_bwd_dot", dot_groups * l.wg, l.wg, dargs,
+      s = ng_enqueue(ctx, queue, prog, "ng_rmsnorm_bwd_dot", dot_groups * l.wg, l.wg, dargs,
                      (cl_uint)NG_ARRAY_LEN(dargs), first ? nwait : 0, first ? wait : NULL, NULL);
       const ng_arg cargs[] = {NG_ARG(dy.mem), NG_ARG(dyo),    NG_ARG(x.mem),      NG_ARG(xo),
                               NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(rstd.mem),   NG_ARG(ro),
@@ -258,12 +258,12 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                               NG_ARG(n),      NG_ARG(off),    NG_ARG(mode),       NG_ARG(nblocks),
                               NG_ARG(first),  NG_ARG(ds_out.mem), NG_ARG(dso)};
       if (s == NG_SUCCESS)
-        s = ng_enqueue(queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd_cols" : "ng_rmsnorm_bwd_cols",
+        s = ng_enqueue(ctx, queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd_cols" : "ng_rmsnorm_bwd_cols",
                        sp.nblocks * sp.rgroups * l.wg, l.wg, cargs,
                        (cl_uint)NG_ARRAY_LEN(cargs) - (has_ds ? 0 : 2), 0, NULL, NULL);
     }
   } else {
-    s = ng_enqueue(queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd" : "ng_rmsnorm_bwd",
+    s = ng_enqueue(ctx, queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd" : "ng_rmsnorm_bwd",
                    (size_t)l.groups * l.wg, l.wg, args, nargs, nwait, wait,
                    compute_dw ? NULL : event);
   }

@@ -129,6 +129,9 @@ static const cli_bench_more *more_of(const cli_bench_case *c) {
 }
 
 /* One repetition of a case: flush (untimed), then its kernels between profile begin/end. */
+/* Host time of the last timed_run's op call (enqueueing only: the call does not wait). */
+static double last_host_ns;
+
 static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, cl_mem flush,
                            size_t flush_bytes, unsigned rep, double *ns, unsigned *kernels) {
   if (flush) {
@@ -140,7 +143,9 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
   }
   ng_status s = ng_profile_begin();
   if (s != NG_SUCCESS) return s;
+  const double h0 = now_s();
   s = c->run(env, state);
+  last_host_ns = (now_s() - h0) * 1e9;
   cl_ulong t = 0;
   ng_status s2 = ng_profile_end(&t, kernels);
   if (s == NG_SUCCESS) s = s2;
@@ -187,7 +192,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
 
   cl_mem flush = NULL;
   size_t flush_bytes = 0;
-  double *t = NULL, *ts = NULL;
+  double *t = NULL, *ts = NULL, *th = NULL;
   unsigned kernels = 0, sub_kernels = 0, reps = 0;
   static const cli_bench_more none_more;
   const cli_bench_more *more = more_of(c) ? more_of(c) : &none_more;
@@ -227,7 +232,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   if (reps < MIN_REPS) reps = MIN_REPS;
   t = malloc(reps * sizeof *t);
   ts = malloc(reps * sizeof *ts);
-  if (!t || !ts) {
+  th = malloc(reps * sizeof *th);
+  if (!t || !ts || !th) {
     rc = cli_error(CLI_DEVICE, "out of host memory");
     goto out;
   }
@@ -236,6 +242,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   cli_progress_begin(&pr, reps, label);
   for (unsigned r = 0; r < reps && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, WARMUP + r, &t[r], &kernels);
+    th[r] = last_host_ns;
     if (s == NG_SUCCESS && sub)
       s = timed_run(env, &subc, state, flush, flush_bytes, WARMUP + r, &ts[r], &sub_kernels);
     cli_progress_step(&pr, 1);
@@ -245,6 +252,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
 
   {
     const double med_ns = median(t, reps), gbps = med_ns > 0 ? c->bytes / med_ns : 0;
+    const double host_us = median(th, reps) * 1e-3;
     const double ratio = copy_gbps > 0 ? gbps / copy_gbps : 0;
     const double sub_ns = sub ? median(ts, reps) : 0;
     const double tflops = more->flops > 0 && med_ns > 0 ? more->flops / med_ns * 1e-3 : 0;
@@ -266,6 +274,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       ok = ok && cJSON_AddNumberToObject(j, "max_ms", t[reps - 1] * 1e-6);
       ok = ok && cJSON_AddNumberToObject(j, "reps", reps);
       ok = ok && cJSON_AddNumberToObject(j, "kernels", kernels);
+      ok = ok && cJSON_AddNumberToObject(j, "host_us", host_us);
       ok = ok && cJSON_AddNumberToObject(j, "gbps", gbps);
       ok = ok && cJSON_AddNumberToObject(j, "copy_gbps", copy_gbps);
       ok = ok && cJSON_AddNumberToObject(j, "ratio", ratio);
@@ -305,6 +314,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       printf("  median     %.4f ms  (min %.4f, max %.4f; %u repetitions of %u kernel%s%s)\n",
              med_ns * 1e-6, t[0] * 1e-6, t[reps - 1] * 1e-6, reps, kernels,
              kernels == 1 ? "" : "s", flush ? ", caches flushed between" : "");
+      printf("  host       %.1f us per call (median; the call only enqueues)\n", host_us);
       printf("  moved      %.2f MB (every input read once, every output written once)\n",
              c->bytes / 1e6);
       printf("  bandwidth  %.2f GB/s = %.2f of copy (%.2f GB/s)\n", gbps, ratio, copy_gbps);
@@ -334,6 +344,7 @@ failed:
 out:
   free(t);
   free(ts);
+  free(th);
   if (flush) clReleaseMemObject(flush);
   op->bench_cleanup(state);
   return rc;
