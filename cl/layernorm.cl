@@ -169,6 +169,21 @@ typedef float accT;
 #define ACC_SUM(a) (a)
 #endif
 
+/* (Σ xhat·g, Σ g) over a row, streamed: the one definition of the backward's row sums for rows
+ * beyond the registers, shared by the streaming path and ng_layernorm_bwd_dot so both give the
+ * same bits (dx must not depend on which gradients are computed). */
+inline float2 ln_row_sums(__global const XT *dyr, __global const XT *xr, __global const WT *w,
+                          float mu, float rs, uint nv, __local float2 *red) {
+  const uint lid = get_local_id(0);
+  accT a1 = 0.0f, a2 = 0.0f;
+  for (uint i = lid; i < nv; i += WG) {
+    const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
+    a1 = ACC_FMA(xh, g, a1);
+    a2 = ACC_ADD(a2, g);
+  }
+  return ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+}
+
 /* dx = (g − xhat·c1 − c2)·rstd with c1 = Σ xhat·g / n, c2 = Σ g / n; this group's partials
  * dW += dy·xhat and dB += dy. Rows of at most WG·REG vectors (`in_regs`) are held in registers,
  * and so are the partials; longer rows stream, with the partials in the group's own rows of
@@ -280,13 +295,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     __global const XT *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
     const float mu = mean[r], rs = rstd[r];
-    accT a1 = 0.0f, a2 = 0.0f;
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
-      a1 = ACC_FMA(xh, g, a1);
-      a2 = ACC_ADD(a2, g);
-    }
-    const float2 sums = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+    const float2 sums = ln_row_sums(dyr, xr, w, mu, rs, nv, red);
     const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
@@ -302,8 +311,8 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 }
 
 /* ---- backward with partials for rows too long for registers (GPU shape) ---------------------
- * As in cl/rmsnorm.cl: ng_layernorm_bwd_dot stores each row's (Σ xhat·g, Σ g) in `sums` with the
- * streaming loop and reduction above (so the same bits as the frozen backward), then
+ * As in cl/rmsnorm.cl: ng_layernorm_bwd_dot stores each row's (Σ xhat·g, Σ g) in `sums` with
+ * ln_row_sums, as the streaming path above (so the same bits as the frozen backward), then
  * ng_layernorm_bwd_cols gives each work-group a block of columns and a share of the rows, with
  * its dW / dB sums in registers, written once to its rows of `part` (rgroups rows of dW, then
  * rgroups rows of dB). */
@@ -324,14 +333,7 @@ ng_layernorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, 
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *dyr = dy + (ulong)r * n;
     __global const XT *xr = x + (ulong)r * n;
-    const float mu = mean[r], rs = rstd[r];
-    accT a1 = 0.0f, a2 = 0.0f;
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV xh = (LDX(xr, i) - mu) * rs, g = GRAD(LDX(dyr, i), i);
-      a1 = ACC_FMA(xh, g, a1);
-      a2 = ACC_ADD(a2, g);
-    }
-    const float2 s = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+    const float2 s = ln_row_sums(dyr, xr, w, mean[r], rstd[r], nv, red);
     if (lid == 0) {
       sums[2 * (ulong)r] = s.x;
       sums[2 * (ulong)r + 1] = s.y;

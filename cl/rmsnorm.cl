@@ -154,6 +154,20 @@ RMS_FWD(__global const XT *x, ulong x_off,
  * dW partials: in registers (REG slots of VEC columns per work-item) when the row fits, else in
  * the group's own row of `part` (read-modify-write; on CPUs it stays in cache). Either way the
  * group writes its row of `part` and ng_reduce_partials sums the rows in a fixed order. */
+/* Σ dy·w'·x over a row, streamed: the one definition of the backward's row sum for rows beyond
+ * the registers, shared by the streaming path and ng_rmsnorm_bwd_dot so both give the same bits
+ * (dx must not depend on whether dW is computed). */
+inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global const WT *w,
+                         float offset, uint nv, __local float *red) {
+  const uint lid = get_local_id(0);
+  floatV acc = (floatV)(0.0f);
+  for (uint i = lid; i < nv; i += WG) {
+    const floatV m = LDX(dyr, i) * WPRIME(w, i, offset);
+    acc = fma(m, LDX(xr, i), acc);
+  }
+  return ng_wg_sum(ng_hsum(acc), red);
+}
+
 #if HAS_DS
 #define RMS_BWD ng_fused_add_rmsnorm_bwd
 #define DX_OUT(i, v) ((v) + LDX(dsr, i))
@@ -255,11 +269,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       }
       continue;
     }
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV m = LDX(dyr, i) * WPRIME(w, i, offset);
-      acc = fma(m, LDX(xr, i), acc);
-    }
-    const float dot = ng_wg_sum(ng_hsum(acc), red);
+    const float dot = rms_row_dot(dyr, xr, w, offset, nv, red);
     const float c = (rs * rs * rs) * (dot / (float)n);
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), xv = LDX(xr, i);
@@ -284,16 +294,15 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 
 /* ---- backward with dW for rows too long for registers (GPU shape) ---------------------------
  * A 65536-wide row's dW sums would fill a compute unit's whole register file, so here the work
- * is split by columns instead: ng_rmsnorm_bwd_dot puts each row's Σ dy·w'·x in `dots` (the same
- * loop and reduction as the streaming path above, so the same bits), then ng_rmsnorm_bwd_cols
- * gives each work-group a block of columns and a share of the rows: its dW sums stay in
- * registers for all of them and are written (first chunk) or added (later chunks) to its row of
- * `part` once (the host may run the pair over chunks of rows: later chunks add). dy and x are
- * read twice, which still beats the per-row read-modify-write of partial rows it replaces. */
+ * is split by columns instead: ng_rmsnorm_bwd_dot puts each row's Σ dy·w'·x in `dots` (with
+ * rms_row_dot, as the streaming path above, so the same bits), then ng_rmsnorm_bwd_cols gives
+ * each work-group a block of columns and a share of the rows: its dW sums stay in registers for
+ * all of them and are written to its row of `part` once. dy and x are read twice, which still
+ * beats the per-row read-modify-write of partial rows it replaces. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_rmsnorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                    __global const WT *w, ulong w_off, __global float *dots, ulong dots_off,
-                   uint row0, uint row_end, uint n, float offset) {
+                   uint rows, uint n, float offset) {
   __local float red[WG];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -301,15 +310,8 @@ ng_rmsnorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, ul
   x += x_off;
   w += w_off;
   dots += dots_off;
-  for (uint r = row0 + get_group_id(0); r < row_end; r += get_num_groups(0)) {
-    __global const XT *dyr = dy + (ulong)r * n;
-    __global const XT *xr = x + (ulong)r * n;
-    floatV acc = (floatV)(0.0f);
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV m = LDX(dyr, i) * WPRIME(w, i, offset);
-      acc = fma(m, LDX(xr, i), acc);
-    }
-    const float dot = ng_wg_sum(ng_hsum(acc), red);
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    const float dot = rms_row_dot(dy + (ulong)r * n, x + (ulong)r * n, w, offset, nv, red);
     if (lid == 0) dots[r] = dot;
   }
 }
@@ -319,13 +321,13 @@ ng_rmsnorm_bwd_dot(__global const XT *dy, ulong dy_off, __global const XT *x, ul
 #else
 #define RMS_COLS ng_rmsnorm_bwd_cols
 #endif
-/* Group g: column block g % nblocks (WG·REG vectors), rows row0 + g / nblocks, + rgroups, … */
+/* Group g: column block g % nblocks (WG·REG vectors), rows g / nblocks, + rgroups, … */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
          __global XT *dx, ulong dx_off, __global const float *dots, ulong dots_off,
-         __global float *part, ulong part_off, uint row0, uint row_end, uint n, float offset,
-         int mode, uint nblocks, int first
+         __global float *part, ulong part_off, uint rows, uint n, float offset, int mode,
+         uint nblocks
 #if HAS_DS
          , __global const XT *ds, ulong ds_off
 #endif
@@ -350,7 +352,7 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     wc[k] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
     dwr[k] = (floatV)(0.0f);
   }
-  for (uint r = row0 + rg; r < row_end; r += rgroups) {
+  for (uint r = rg; r < rows; r += rgroups) {
     __global const XT *dyr = dy + (ulong)r * n;
     __global const XT *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
@@ -375,7 +377,6 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #pragma unroll
   for (int k = 0; k < REG; k++) {
     const uint i = blk * (WG * REG) + (uint)k * WG + lid;
-    if (i < nv)
-      NG_STV(NG_F32, prow, i, first ? dwr[k] : NG_LDV(NG_F32, prow, i) + dwr[k]);
+    if (i < nv) NG_STV(NG_F32, prow, i, dwr[k]);
   }
 }

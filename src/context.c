@@ -237,7 +237,8 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
       return ng_fail(NG_ERR_INVALID_VALUE, "register column slots %u must be 1, 2 or 4", value);
     break;
   case NG_TUNE_TABLE:
-    if (value > 2) return ng_fail(NG_ERR_INVALID_VALUE, "table %u must be 1 (ignore) or 2 (use)", value);
+    if (value > 2)
+      return ng_fail(NG_ERR_INVALID_VALUE, "table %u must be 1 (ignore) or 2 (use)", value);
     break;
   case NG_TUNE_PREFETCH:
     if (value != NG_TUNE_AUTO && value != 1 && value != 2)
@@ -389,6 +390,17 @@ bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, si
   if (g > rows) g = rows;
   *rgroups = g ? g : 1;
   return true;
+}
+
+ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
+                              size_t sections, size_t row_floats, size_t *bytes) {
+  size_t nblocks, rgroups, part, sums = 0;
+  const bool split = ng_col_split(ctx, l, rows, n, &nblocks, &rgroups);
+  if (ng_mul_overflows((split ? rgroups : l->groups) * 4 * sections, n, &part) ||
+      (split && ng_mul_overflows(rows, 4 * row_floats, &sums)) || part + sums < part)
+    return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
+  *bytes = part + sums;
+  return NG_SUCCESS;
 }
 
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {

@@ -283,11 +283,14 @@ static bool decode(const unsigned char *b, size_t n, const char **key, size_t *k
 /* ---- file I/O ----------------------------------------------------------------------------------- */
 enum { RD_OK, RD_MISS, RD_REJECT, RD_ERROR };
 
+bool ng_file_private(const struct stat *st) {
+  return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
 /* Read a whole regular file that this user owns and nobody else may write (a binary from the
  * cache runs as code on the device). */
 static int read_all(int fd, const struct stat *st, unsigned char **out, size_t *n) {
-  if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & (S_IWGRP | S_IWOTH)))
-    return RD_REJECT;
+  if (!ng_file_private(st)) return RD_REJECT;
   if (st->st_size < (off_t)HDR_BYTES ||
       (uint64_t)st->st_size > HDR_BYTES + MAX_KEY_BYTES + MAX_PAYLOAD_BYTES)
     return RD_REJECT;

@@ -108,6 +108,10 @@ typedef struct ng_program_id {
 /* Settings from the environment (NORMGRAD_CACHE_DIR, NORMGRAD_CACHE_MAX_BYTES) and the device
  * half of the key. Never fails: anything missing leaves the disk cache off. */
 void ng_disk_cache_init(ng_context *ctx);
+/* A regular file this user owns and nobody else may write: the only kind normgrad reads from its
+ * cache folder (program binaries, the tuned table). */
+struct stat;
+bool ng_file_private(const struct stat *st);
 void ng_disk_cache_free(ng_context *ctx);
 /* A program built from the cache entry for `id`, or NULL (no entry, an unusable entry, cache
  * off). Counts disk_hits/misses/rejects/errors. Never records an error detail. */
@@ -222,6 +226,11 @@ typedef struct ng_row_launch {
  * and the row groups (each owns one row of partials per section). */
 bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
                   size_t *nblocks, size_t *rgroups);
+/* Scratch bytes of a backward whose f32 parameter partials come in `sections` (dW, dB) of n
+ * per partial row: l->groups rows per section, or with the column split rgroups rows per section
+ * followed by `row_floats` row sums per row. NG_ERR_INDEX_OVERFLOW when that does not fit. */
+ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
+                              size_t sections, size_t row_floats, size_t *bytes);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */

@@ -133,8 +133,7 @@ static bool parse_line(const ng_context *ctx, const char *line, const char *id, 
 
 static bool owned_private_file(FILE *f) {
   struct stat st;
-  return fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-         (st.st_mode & 022) == 0;
+  return fstat(fileno(f), &st) == 0 && ng_file_private(&st);
 }
 
 void ng_tuning_load(ng_context *ctx) {

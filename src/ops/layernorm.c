@@ -69,16 +69,6 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                     NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
-/* Scratch of a backward with partials: G rows per section, or with the column split
- * (ng_col_split) rgroups rows per section plus two row sums per row. */
-static size_t bwd_scratch_bytes(const ng_context *ctx, const ng_row_launch *l, size_t rows,
-                                size_t n, size_t sections) {
-  size_t nblocks, rgroups;
-  if (ng_col_split(ctx, l, rows, n, &nblocks, &rgroups))
-    return rgroups * 4 * sections * n + 8 * rows;
-  return (size_t)l->groups * 4 * sections * n;
-}
-
 ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,
                                              int compute_dweight, int compute_dbias,
                                              size_t *bytes) {
@@ -95,15 +85,11 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
       ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true, NG_ROWS_BWD_DW);
   const ng_row_launch l1 =
       ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, false, NG_ROWS_BWD_DW);
-  const size_t groups = l8.groups > l1.groups ? l8.groups : l1.groups;
-  size_t unused;
-  if (ng_mul_overflows((groups + 2) * 4 * sections, p->n, &unused) ||
-      ng_mul_overflows(p->rows, 8, &unused))
-    return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
-  const size_t b8 = bwd_scratch_bytes(ctx, &l8, p->rows, p->n, sections);
-  const size_t b1 = bwd_scratch_bytes(ctx, &l1, p->rows, p->n, sections);
+  size_t b8 = 0, b1 = 0;
+  s = ng_partials_scratch(ctx, &l8, p->rows, p->n, sections, 2, &b8);
+  if (s == NG_SUCCESS) s = ng_partials_scratch(ctx, &l1, p->rows, p->n, sections, 2, &b1);
   *bytes = b8 > b1 ? b8 : b1;
-  return NG_SUCCESS;
+  return s;
 }
 
 ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
@@ -148,7 +134,9 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   size_t nblocks = 0, rgroups = 0;
   const bool split = partials && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
-  const size_t scratch_bytes = partials ? bwd_scratch_bytes(ctx, &l, p->rows, p->n, sections) : 0;
+  size_t scratch_bytes = 0; /* the row partials (column split: and the row sums) */
+  if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
+  if (s != NG_SUCCESS) return s;
   const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
   ng_opts o;
   ng_opts_init(&o);

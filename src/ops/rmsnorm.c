@@ -120,33 +120,6 @@ static const char *rms_kind(bool fused, bool compute_dw) {
   return compute_dw ? "rmsnorm.bwd" : "rmsnorm.bwd_frozen";
 }
 
-/* Backward with dW on a GPU for rows longer than its work-group's registers: split by columns
- * (cl/rmsnorm.cl, ng_rmsnorm_bwd_dot + ng_rmsnorm_bwd_cols; ng_col_split). `rgroups` row groups
- * each own a row of partials; the pair runs once over all rows (`chunk`): chunks small enough
- * for L2 would each re-read and re-write the rgroups·n partials, which at these row lengths
- * costs more than re-reading dy and x. */
-typedef struct split_plan {
-  bool on;
-  size_t nblocks, rgroups, chunk;
-} split_plan;
-
-static split_plan plan_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
-                             size_t elem_bytes) {
-  split_plan sp = {false, 0, 0, 0};
-  (void)elem_bytes;
-  sp.on = ng_col_split(ctx, l, rows, n, &sp.nblocks, &sp.rgroups);
-  sp.chunk = rows;
-  return sp;
-}
-
-/* Scratch of a backward with dW: the group partials, or the split path's partials and dots. */
-static size_t dw_scratch_bytes(const ng_context *ctx, const ng_row_launch *l, size_t rows,
-                               size_t n) {
-  const split_plan sp = plan_split(ctx, l, rows, n, 2);
-  if (sp.on) return sp.rgroups * 4 * n + 4 * rows;
-  return (size_t)l->groups * 4 * n;
-}
-
 static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int compute_dweight,
                               size_t *bytes, bool fused) {
   if (!ctx || !p || !bytes) return ng_fail(NG_ERR_NULL_HANDLE, "ctx, params or bytes is NULL");
@@ -159,15 +132,11 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   const char *kind = rms_kind(fused, true);
   const ng_row_launch l8 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, true, NG_ROWS_BWD_DW);
   const ng_row_launch l1 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, false, NG_ROWS_BWD_DW);
-  size_t unused;
-  if (ng_mul_overflows((size_t)(l8.groups > l1.groups ? l8.groups : l1.groups) * 4 + 4, p->n,
-                       &unused) ||
-      ng_mul_overflows(p->rows, 8, &unused))
-    return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
-  const size_t b8 = dw_scratch_bytes(ctx, &l8, p->rows, p->n);
-  const size_t b1 = dw_scratch_bytes(ctx, &l1, p->rows, p->n);
+  size_t b8 = 0, b1 = 0;
+  s = ng_partials_scratch(ctx, &l8, p->rows, p->n, 1, 1, &b8);
+  if (s == NG_SUCCESS) s = ng_partials_scratch(ctx, &l1, p->rows, p->n, 1, 1, &b1);
   *bytes = b8 > b1 ? b8 : b1;
-  return NG_SUCCESS;
+  return s;
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -212,9 +181,11 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw),
                                                 p->rows, p->n, vec_ok,
                                                 compute_dw ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
-  const split_plan sp = compute_dw ? plan_split(ctx, &l, p->rows, p->n, ng_dtype_size(x.dtype))
-                                    : (split_plan){false, 0, 0, 0};
-  const size_t scratch_bytes = compute_dw ? dw_scratch_bytes(ctx, &l, p->rows, p->n) : 0;
+  size_t nblocks = 0, rgroups = 0;
+  const bool split = compute_dw && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
+  size_t scratch_bytes = 0; /* the row partials (column split: and the row dots) */
+  if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
+  if (s != NG_SUCCESS) return s;
   ng_opts o;
   bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds);
   cl_program prog, rprog = NULL;
@@ -237,31 +208,27 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                          NG_ARG(ds_out.mem), NG_ARG(dso)};
   /* The last two arguments exist only in the HAS_DS variant. */
   const cl_uint nargs = (cl_uint)NG_ARRAY_LEN(args) - (has_ds ? 0 : 2);
-  unsigned part_rows = l.groups;
-  if (sp.on) {
-    part_rows = (unsigned)sp.rgroups;
-    cl_ulong dots = po + sp.rgroups * p->n;
-    cl_uint nblocks = (cl_uint)sp.nblocks;
-    for (size_t r0 = 0; r0 < p->rows && s == NG_SUCCESS; r0 += sp.chunk) {
-      cl_uint a = (cl_uint)r0, b = (cl_uint)(r0 + sp.chunk < p->rows ? r0 + sp.chunk : p->rows);
-      cl_int first = r0 == 0;
-      const ng_arg dargs[] = {NG_ARG(dy.mem), NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
-                              NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(sc.mem), NG_ARG(dots),
-                              NG_ARG(a),      NG_ARG(b),      NG_ARG(n),     NG_ARG(off)};
-      const size_t dot_groups = b - a < (1u << 20) ? b - a : (1u << 20); /* the kernel loops */
-      s = ng_enqueue(ctx, queue, prog, "ng_rmsnorm_bwd_dot", dot_groups * l.wg, l.wg, dargs,
-                     (cl_uint)NG_ARRAY_LEN(dargs), first ? nwait : 0, first ? wait : NULL, NULL);
-      const ng_arg cargs[] = {NG_ARG(dy.mem), NG_ARG(dyo),    NG_ARG(x.mem),      NG_ARG(xo),
-                              NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(rstd.mem),   NG_ARG(ro),
-                              NG_ARG(dx.mem), NG_ARG(dxo),    NG_ARG(sc.mem),     NG_ARG(dots),
-                              NG_ARG(sc.mem), NG_ARG(po),     NG_ARG(a),          NG_ARG(b),
-                              NG_ARG(n),      NG_ARG(off),    NG_ARG(mode),       NG_ARG(nblocks),
-                              NG_ARG(first),  NG_ARG(ds_out.mem), NG_ARG(dso)};
-      if (s == NG_SUCCESS)
-        s = ng_enqueue(ctx, queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd_cols" : "ng_rmsnorm_bwd_cols",
-                       sp.nblocks * sp.rgroups * l.wg, l.wg, cargs,
-                       (cl_uint)NG_ARRAY_LEN(cargs) - (has_ds ? 0 : 2), 0, NULL, NULL);
-    }
+  const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
+  if (split) {
+    cl_ulong dots = po + rgroups * p->n; /* the row dots follow the partials */
+    cl_uint nb = (cl_uint)nblocks;
+    const ng_arg dargs[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),  NG_ARG(xo),
+                            NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(sc.mem), NG_ARG(dots),
+                            NG_ARG(rows),       NG_ARG(n),   NG_ARG(off)};
+    const size_t dot_groups = p->rows < ((size_t)1 << 20) ? p->rows : ((size_t)1 << 20);
+    s = ng_enqueue(ctx, queue, prog, "ng_rmsnorm_bwd_dot", dot_groups * l.wg, l.wg, dargs,
+                   (cl_uint)NG_ARRAY_LEN(dargs), nwait, wait, NULL);
+    const ng_arg cargs[] = {NG_ARG(dy.mem),     NG_ARG(dyo),  NG_ARG(x.mem),    NG_ARG(xo),
+                            NG_ARG(weight.mem), NG_ARG(wo),   NG_ARG(rstd.mem), NG_ARG(ro),
+                            NG_ARG(dx.mem),     NG_ARG(dxo),  NG_ARG(sc.mem),   NG_ARG(dots),
+                            NG_ARG(sc.mem),     NG_ARG(po),   NG_ARG(rows),     NG_ARG(n),
+                            NG_ARG(off),        NG_ARG(mode), NG_ARG(nb),
+                            NG_ARG(ds_out.mem), NG_ARG(dso)};
+    if (s == NG_SUCCESS)
+      s = ng_enqueue(ctx, queue, prog,
+                     has_ds ? "ng_fused_add_rmsnorm_bwd_cols" : "ng_rmsnorm_bwd_cols",
+                     nblocks * rgroups * l.wg, l.wg, cargs,
+                     (cl_uint)NG_ARRAY_LEN(cargs) - (has_ds ? 0 : 2), 0, NULL, NULL);
   } else {
     s = ng_enqueue(ctx, queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd" : "ng_rmsnorm_bwd",
                    (size_t)l.groups * l.wg, l.wg, args, nargs, nwait, wait,
