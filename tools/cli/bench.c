@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MIB (1024.0 * 1024.0)
 #define WARMUP 3
@@ -20,12 +19,6 @@
 #define FLUSH_BYTES ((size_t)128 << 20)
 #define COPY_BYTES ((size_t)256 << 20)
 #define COPY_REPS 10
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -143,9 +136,9 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
   }
   ng_status s = ng_profile_begin();
   if (s != NG_SUCCESS) return s;
-  const double h0 = now_s();
+  const double h0 = cli_now_s();
   s = c->run(env, state);
-  last_host_ns = (now_s() - h0) * 1e9;
+  last_host_ns = (cli_now_s() - h0) * 1e9;
   cl_ulong t = 0;
   ng_status s2 = ng_profile_end(&t, kernels);
   if (s == NG_SUCCESS) s = s2;
@@ -218,7 +211,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   cli_progress pr;
   snprintf(label, sizeof label, "bench %s %s: warm-up", op->name, c->pass);
   cli_progress_begin(&pr, WARMUP, label);
-  double ns = 0, t0 = now_s();
+  double ns = 0, t0 = cli_now_s();
   for (unsigned r = 0; r < WARMUP && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, r, &ns, &kernels);
     if (s == NG_SUCCESS && sub)
@@ -227,7 +220,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   }
   cli_progress_end(&pr);
   if (s != NG_SUCCESS) goto failed;
-  const double per_rep = (now_s() - t0) / WARMUP;
+  const double per_rep = (cli_now_s() - t0) / WARMUP;
   reps = per_rep > 0 ? (unsigned)fmin(MAX_REPS, BUDGET_S / per_rep) : MAX_REPS;
   if (reps < MIN_REPS) reps = MIN_REPS;
   t = malloc(reps * sizeof *t);

@@ -124,12 +124,6 @@ static int do_clear(const char *dir) {
   return CLI_OK;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int do_prebuild(const char *dir, const char *dev, char **ops, int nops) {
   char d[4096], err[1024];
   int rc = folder(dir, d, sizeof d, "prebuild");
@@ -160,9 +154,9 @@ static int do_prebuild(const char *dir, const char *dev, char **ops, int nops) {
     ng_context_stats before, after;
     ng_context_get_stats(env.ctx, &before);
     unsigned programs = 0;
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     s = ng_prebuild(env.ctx, nops ? ops[i] : NULL, &programs);
-    const double t1 = now_s();
+    const double t1 = cli_now_s();
     ng_context_get_stats(env.ctx, &after);
     if (s != NG_SUCCESS) break;
     printf("  %-10s %3u programs: %llu built, %llu from the cache, %llu already in memory "

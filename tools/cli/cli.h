@@ -58,6 +58,9 @@ typedef struct cli_options {
   long long scratch_budget;   /* --scratch-budget BYTES */
 } cli_options;
 
+/* Monotonic wall time in seconds (common.c), for the subcommands' own timing and progress. */
+double cli_now_s(void);
+
 /* ---- device environment ---------------------------------------------------------------------- */
 typedef struct cli_env {
   ng_context *ctx;

@@ -1,10 +1,10 @@
 /* The progress line of normgrad-cli (progress.h). */
 #include "progress.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 
 #define REDRAW_S 0.1
@@ -13,12 +13,6 @@ static bool enabled = true;
 static cli_progress *active; /* the line on the screen, if any */
 
 void cli_progress_enable(bool on) { enabled = on; }
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Columns of the terminal on stderr, minus one so the line never wraps (a wrapped line cannot be
  * redrawn with '\r'); 79 when the size is unknown. */
@@ -54,7 +48,7 @@ static void draw(cli_progress *p) {
     snprintf(text, sizeof text, "%s  %llu", p->label ? p->label : "",
              (unsigned long long)p->done);
   put_line(p, text);
-  p->last = now_s();
+  p->last = cli_now_s();
 }
 
 void cli_progress_begin(cli_progress *p, uint64_t total, const char *label) {
@@ -71,7 +65,7 @@ void cli_progress_begin(cli_progress *p, uint64_t total, const char *label) {
 void cli_progress_step(cli_progress *p, uint64_t n) {
   p->done += n;
   if (!p->shown) return;
-  if ((p->total && p->done >= p->total) || now_s() - p->last >= REDRAW_S) draw(p);
+  if ((p->total && p->done >= p->total) || cli_now_s() - p->last >= REDRAW_S) draw(p);
 }
 
 void cli_progress_end(cli_progress *p) {

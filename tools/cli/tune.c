@@ -2,7 +2,6 @@
  * check every candidate's outputs against the built-in default's, time the ones that agree, and
  * store each winner in the tuned table (tuning.txt in the cache folder, docs/tuning.md), where
  * contexts created later on this device find it. */
-#define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "progress.h"
 
@@ -10,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define MAX_CANDIDATES 160
 #define MAX_NS 16
@@ -58,12 +55,6 @@ typedef struct candidate {
   bool ok;
 } candidate;
 
-static double now_ms_wall(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 static int cmp_d(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -82,7 +73,7 @@ static ng_status time_case(cli_env *env, const cli_bench_case *c, void *state, d
   double t[31];
   int reps = 0;
   ng_status s = NG_SUCCESS;
-  const double start = now_ms_wall();
+  const double start = cli_now_s() * 1e3;
   for (int r = 0; r < 2 + 31 && s == NG_SUCCESS; r++) {
     cl_ulong ns = 0;
     unsigned k = 0;
@@ -91,7 +82,7 @@ static ng_status time_case(cli_env *env, const cli_bench_case *c, void *state, d
     ng_status s2 = ng_profile_end(&ns, &k);
     if (s == NG_SUCCESS) s = s2;
     if (s == NG_SUCCESS && r >= 2) t[reps++] = (double)ns * 1e-6;
-    if (reps >= 5 && now_ms_wall() - start > 400) break;
+    if (reps >= 5 && cli_now_s() * 1e3 - start > 400) break;
   }
   if (s != NG_SUCCESS) return s;
   qsort(t, (size_t)reps, sizeof t[0], cmp_d);
