@@ -105,9 +105,8 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
   NG_ROW_BLOCK(r0, r1, rows);
   const uint nc = nv / NG_CH;
   const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
-  /* A row whose mean is finite and whose rstd is finite and > 0 has only finite x, with no
-   * overflow in x − mean; with every w and b finite, no NaN can then arise in its y, and the
-   * row is stored with the rounding without the NaN test (same bits). */
+  /* A row whose mean is finite has no NaN or Inf x; with every w and b finite it has no NaN
+   * input, and it is stored with the rounding without the NaN test (same bits, ng_common.clh). */
   bool wb_ok = true;
   for (uint j = 0; j < nc; j++) {
 #if HAS_W
@@ -150,7 +149,7 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
         ss = fma(d, d, ss);
       }
     } else {
-      const bool fast = wb_ok && isfinite(mu0) && isfinite(rs0) && rs0 > 0.0f;
+      const bool fast = wb_ok && isfinite(mu0);
       if (s2 && fast) LN_CPU_LOOP(1, 1, NG_STCF);
       else if (s2) LN_CPU_LOOP(1, 1, NG_STC);
       else if (fast) LN_CPU_LOOP(1, 0, NG_STCF);
@@ -167,7 +166,7 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
   if (r0 < r1) {
     __global const XT *x0 = x + (ulong)(r1 - 1) * n, *x1 = x0, *x2 = x0;
     __global XT *yr = y + (ulong)(r1 - 1) * n;
-    if (wb_ok && isfinite(mu0) && isfinite(rs0) && rs0 > 0.0f) LN_CPU_LOOP(0, 0, NG_STCF);
+    if (wb_ok && isfinite(mu0)) LN_CPU_LOOP(0, 0, NG_STCF);
     else LN_CPU_LOOP(0, 0, NG_STC);
   }
 #else

@@ -40,6 +40,16 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
     a2 = fma(v2_, v2_, a2);                                                                          \
     a3 = fma(v3_, v3_, a3);                                                                          \
   } while (0)
+/* the chunk loop over row r (xr → yr) of the forward, with PIPE also the sums of row r+1 (xn) */
+#define PN_CPU_LOOP(PIPE, STC_)                                                                      \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      if (PIPE) PN_SUMS(NG_LDC(DTYPE, xn, j));                                                       \
+      const floatC v = NG_LDC(DTYPE, xr, j);                                                         \
+      const floatC v2 = v * v, v3 = v2 * v;                                                          \
+      STC_(DTYPE, yr, j, ((k3 * v3 + k2 * v2) + k1 * v) + bb);                                       \
+    }                                                                                                \
+  } while (0)
 #if NG_CH == 2
 #define PN_SUMS(val)                                                                                 \
   do {                                                                                               \
@@ -93,12 +103,14 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
     __global const XT *xr = x + (ulong)r * n, *xn = xr + n;
     __global XT *yr = y + (ulong)r * n;
     const bool next = r + 1 < r1;
-    for (uint j = 0; j < nc; j++) {
-      if (next) PN_SUMS(NG_LDC(DTYPE, xn, j));
-      const floatC v = NG_LDC(DTYPE, xr, j);
-      const floatC v2 = v * v, v3 = v2 * v;
-      NG_STC(DTYPE, yr, j, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
-    }
+    /* rstd1 finite: no NaN in x (it would make Σx² NaN); with no NaN parameter the row has no
+     * NaN input and is stored with the rounding without the NaN test (same bits,
+     * ng_common.clh) */
+    const bool fast = isfinite(q1) && !isnan(k1) && !isnan(k2) && !isnan(k3) && !isnan(bb);
+    if (next && fast) PN_CPU_LOOP(1, NG_STCF);
+    else if (next) PN_CPU_LOOP(1, NG_STC);
+    else if (fast) PN_CPU_LOOP(0, NG_STCF);
+    else PN_CPU_LOOP(0, NG_STC);
     if (tail) {
       if (next) PN_SUMS1(LDX(xn, nv - 1));
       const floatV v = LDX(xr, nv - 1);

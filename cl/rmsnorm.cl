@@ -121,8 +121,8 @@ RMS_FWD(__global const XT *x, ulong x_off,
   const uint nc = nv / NG_CH;
   const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
   /* A row whose rstd is finite and > 0 has only finite x (a non-finite x makes the sum of
-   * squares Inf or NaN); if also every w' (as rms_out uses it) is finite, no NaN can arise in
-   * its y, and the row takes the rounding without the NaN test (same bits). */
+   * squares Inf or NaN); if also every w' (as rms_out uses it) is finite, the row has no NaN
+   * input and takes the rounding without the NaN test (same bits, ng_common.clh). */
   bool w_ok = true;
 #if HAS_W
   for (uint j = 0; j < nc; j++) {
