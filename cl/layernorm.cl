@@ -47,6 +47,37 @@ inline floatV ln_out(floatV v, float mu, float rs, __global const WT *w, __globa
   return o;
 }
 
+/* CPU shape, chunk j (ng_common.clh): ln_out's math, and the row loop of the forward's
+ * software pipeline. One pass over chunk j: writes y of row r (STC_), adds the centred squares of
+ * row r+1 (from cache) to `ss` when S1, and the values of row r+2 (from memory) to `sm` when S2. */
+inline floatC ln_outc(floatC v, float mu, float rs, __global const WT *w, __global const BT *b,
+                      uint j) {
+  floatC o = (v - mu) * rs;
+#if HAS_W
+  o = o * NG_LDC(W_DTYPE, w, j);
+#endif
+#if HAS_B
+  o = o + NG_LDC(B_DTYPE, b, j);
+#endif
+  return o;
+}
+#define LN_CPU_LOOP(S1, S2, STC_)                                                                    \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      if (S2) sm = ng_addc(sm, NG_LDC(DTYPE, x2, j));                                                \
+      if (S1) ss = ng_sqc(ss, NG_LDC(DTYPE, x1, j) - mu1);                                           \
+      STC_(DTYPE, yr, j, ln_outc(NG_LDC(DTYPE, x0, j), mu0, rs0, w, b, j));                          \
+    }                                                                                                \
+    if (tail) {                                                                                      \
+      if (S2) sm += LDX(x2, nv - 1);                                                                 \
+      if (S1) {                                                                                      \
+        const floatV d = LDX(x1, nv - 1) - mu1;                                                      \
+        ss = fma(d, d, ss);                                                                          \
+      }                                                                                              \
+      STX(yr, nv - 1, ln_out(LDX(x0, nv - 1), mu0, rs0, w, b, nv - 1));                              \
+    }                                                                                                \
+  } while (0)
+
 /* Mean first, then the centred sum of squares in a second pass over the row: E[x²] − mean²
  * would cancel catastrophically when |mean| ≫ std. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -63,6 +94,82 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
   b += b_off;
   mean += mean_off;
   rstd += rstd_off;
+#if WG == 1
+  /* CPU shape (ng_common.clh): the group's block of rows in a three-stage software pipeline.
+   * One loop over the chunks writes y of row r, forms the centred sum of squares of row r+1
+   * (read last time, now in cache) and the sum of row r+2 (from memory), so memory streams
+   * while the core works and the three sums' dependency chains overlap. Every sum runs in the
+   * order of a plain loop over its row. */
+  (void)lid;
+  (void)red;
+  NG_ROW_BLOCK(r0, r1, rows);
+  const uint nc = nv / NG_CH;
+  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  /* A row whose mean is finite has no NaN or Inf x; with every w and b finite it has no NaN
+   * input, and it is stored with the rounding without the NaN test (same bits, ng_common.clh). */
+  bool wb_ok = true;
+  for (uint j = 0; j < nc; j++) {
+#if HAS_W
+    wb_ok = wb_ok && all(isfinite(NG_LDC(W_DTYPE, w, j)));
+#endif
+#if HAS_B
+    wb_ok = wb_ok && all(isfinite(NG_LDC(B_DTYPE, b, j)));
+#endif
+  }
+  if (tail) {
+#if HAS_W
+    wb_ok = wb_ok && all(isfinite(LDW(w, nv - 1)));
+#endif
+#if HAS_B
+    wb_ok = wb_ok && all(isfinite(NG_LDV(B_DTYPE, b, nv - 1)));
+#endif
+  }
+  floatV sm = (floatV)(0.0f), ss = (floatV)(0.0f);
+  float mu0 = 0.0f, rs0 = 0.0f, mu1 = 0.0f;
+  if (r0 < r1) {
+    __global const XT *xr = x + (ulong)r0 * n;
+    for (uint j = 0; j < nc; j++) sm = ng_addc(sm, NG_LDC(DTYPE, xr, j));
+    if (tail) sm += LDX(xr, nv - 1);
+    mu1 = ng_hsum(sm) / (float)n;
+    sm = (floatV)(0.0f);
+  }
+  /* k: the row whose centred sum forms now; row k-1 is written, row k+1 summed */
+  for (uint k = r0; k < r1; k++) {
+    __global const XT *x1 = x + (ulong)k * n, *x0 = x1 - n, *x2 = x1 + n;
+    __global XT *yr = y + (ulong)k * n - n;
+    const bool s2 = k + 1 < r1;
+    if (k == r0) {
+      for (uint j = 0; j < nc; j++) {
+        if (s2) sm = ng_addc(sm, NG_LDC(DTYPE, x2, j));
+        ss = ng_sqc(ss, NG_LDC(DTYPE, x1, j) - mu1);
+      }
+      if (tail) {
+        if (s2) sm += LDX(x2, nv - 1);
+        const floatV d = LDX(x1, nv - 1) - mu1;
+        ss = fma(d, d, ss);
+      }
+    } else {
+      const bool fast = wb_ok && isfinite(mu0);
+      if (s2 && fast) LN_CPU_LOOP(1, 1, NG_STCF);
+      else if (s2) LN_CPU_LOOP(1, 1, NG_STC);
+      else if (fast) LN_CPU_LOOP(1, 0, NG_STCF);
+      else LN_CPU_LOOP(1, 0, NG_STC);
+    }
+    mu0 = mu1;
+    rs0 = rsqrt(ng_hsum(ss) / (float)n + eps);
+    mean[k] = mu0;
+    rstd[k] = rs0;
+    if (s2) mu1 = ng_hsum(sm) / (float)n;
+    sm = (floatV)(0.0f);
+    ss = (floatV)(0.0f);
+  }
+  if (r0 < r1) {
+    __global const XT *x0 = x + (ulong)(r1 - 1) * n, *x1 = x0, *x2 = x0;
+    __global XT *yr = y + (ulong)(r1 - 1) * n;
+    if (wb_ok && isfinite(mu0)) LN_CPU_LOOP(0, 0, NG_STCF);
+    else LN_CPU_LOOP(0, 0, NG_STC);
+  }
+#else
   const bool cached = nv <= (uint)(WG * REG);
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
@@ -110,6 +217,7 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
     }
     for (uint i = lid; i < nv; i += WG) STX(yr, i, ln_out(LDX(xr, i), mu, rs, w, b, i));
   }
+#endif
 }
 
 /* Both row sums of the backward in one fixed-order reduction (one set of barriers, not two);

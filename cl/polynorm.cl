@@ -31,6 +31,36 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
 }
 
 #if !BWD
+/* CPU shape: a chunk's (or the tail vector's) share of the three row sums, in the forward's
+ * order: Σx², Σx⁴, Σx⁶ (a chunk feeds its low half, then its high half). */
+#define PN_SUMS1(val)                                                                                \
+  do {                                                                                               \
+    const floatV v_ = (val), v2_ = v_ * v_, v3_ = v2_ * v_;                                          \
+    a1 += v2_;                                                                                       \
+    a2 = fma(v2_, v2_, a2);                                                                          \
+    a3 = fma(v3_, v3_, a3);                                                                          \
+  } while (0)
+/* the chunk loop over row r (xr → yr) of the forward, with PIPE also the sums of row r+1 (xn) */
+#define PN_CPU_LOOP(PIPE, STC_)                                                                      \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      if (PIPE) PN_SUMS(NG_LDC(DTYPE, xn, j));                                                       \
+      const floatC v = NG_LDC(DTYPE, xr, j);                                                         \
+      const floatC v2 = v * v, v3 = v2 * v;                                                          \
+      STC_(DTYPE, yr, j, ((k3 * v3 + k2 * v2) + k1 * v) + bb);                                       \
+    }                                                                                                \
+  } while (0)
+#if NG_CH == 2
+#define PN_SUMS(val)                                                                                 \
+  do {                                                                                               \
+    const floatC c_ = (val);                                                                         \
+    PN_SUMS1(c_.lo);                                                                                 \
+    PN_SUMS1(c_.hi);                                                                                 \
+  } while (0)
+#else
+#define PN_SUMS(val) PN_SUMS1(val)
+#endif
+
 /* rstd[r·3 …] = (rstd3, rstd2, rstd1); y = w0·x³·rstd3 + w1·x²·rstd2 + w2·x·rstd1 + b. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
@@ -45,6 +75,50 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
   const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);
   const float w2 = pn_ld_param(w, w_off + 2, pdt);
   const float bb = has_b ? pn_ld_param(b, b_off, pdt) : 0.0f;
+#if WG == 1
+  /* CPU shape (ng_common.clh): the group's block of rows, software-pipelined as in
+   * rmsnorm.cl: the loop that writes row r (from cache) also reads row r+1 from memory and forms
+   * its three sums, each in the order of a plain loop over the row. */
+  (void)lid;
+  (void)red;
+  NG_ROW_BLOCK(r0, r1, rows);
+  const uint nc = nv / NG_CH;
+  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
+  if (r0 < r1) {
+    __global const XT *xn = x + (ulong)r0 * n;
+    for (uint j = 0; j < nc; j++) PN_SUMS(NG_LDC(DTYPE, xn, j));
+    if (tail) PN_SUMS1(LDX(xn, nv - 1));
+  }
+  for (uint r = r0; r < r1; r++) {
+    const float nf = (float)n;
+    const float q1 = rsqrt(ng_hsum(a1) / nf + eps);
+    const float q2 = rsqrt(ng_hsum(a2) / nf + eps);
+    const float q3 = rsqrt(ng_hsum(a3) / nf + eps);
+    rstd[(ulong)r * 3] = q3;
+    rstd[(ulong)r * 3 + 1] = q2;
+    rstd[(ulong)r * 3 + 2] = q1;
+    const float k3 = w0 * q3, k2 = w1 * q2, k1 = w2 * q1;
+    a1 = a2 = a3 = (floatV)(0.0f);
+    __global const XT *xr = x + (ulong)r * n, *xn = xr + n;
+    __global XT *yr = y + (ulong)r * n;
+    const bool next = r + 1 < r1;
+    /* rstd1 finite: no NaN in x (it would make Σx² NaN); with no NaN parameter the row has no
+     * NaN input and is stored with the rounding without the NaN test (same bits,
+     * ng_common.clh) */
+    const bool fast = isfinite(q1) && !isnan(k1) && !isnan(k2) && !isnan(k3) && !isnan(bb);
+    if (next && fast) PN_CPU_LOOP(1, NG_STCF);
+    else if (next) PN_CPU_LOOP(1, NG_STC);
+    else if (fast) PN_CPU_LOOP(0, NG_STCF);
+    else PN_CPU_LOOP(0, NG_STC);
+    if (tail) {
+      if (next) PN_SUMS1(LDX(xn, nv - 1));
+      const floatV v = LDX(xr, nv - 1);
+      const floatV v2 = v * v, v3 = v2 * v;
+      STX(yr, nv - 1, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
+    }
+  }
+#else
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
@@ -72,6 +146,7 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
       STX(yr, i, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
     }
   }
+#endif
 }
 
 #else

@@ -61,6 +61,36 @@ inline floatV fa_sum(__global const XT *xr, __global const XT *resr, __global XT
 #define RMS_FWD ng_rmsnorm_fwd
 #endif
 
+/* CPU shape, chunk j (ng_common.clh): w', the first read of the input, and the loop over one
+ * row's chunks that writes y (rms_out's math, rounding with RDC_ / storing with STC_) and, with
+ * PIPE, forms the next row's sum of squares in `acc`. */
+#if HAS_W
+#define WPRIMEC(j) ((floatC)(offset) + NG_LDC(W_DTYPE, w, j))
+#else
+#define WPRIMEC(j) ((floatC)(1.0f))
+#endif
+#if FUSED_ADD
+inline floatC fa_sumc(__global const XT *xr, __global const XT *resr, __global XT *sr, uint j) {
+  const floatC v = NG_RDC(DTYPE, NG_LDC(DTYPE, xr, j) + NG_LDC(DTYPE, resr, j));
+  NG_STCT(DTYPE, sr, j, v); /* already exact in the dtype */
+  return v;
+}
+#define LOAD_INC(j) fa_sumc(xr, resr, sr, j)
+#else
+#define LOAD_INC(j) NG_LDC(DTYPE, xr, j)
+#endif
+#define RMS_CPU_LOOP(PIPE, RDC_, STC_)                                                               \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      if (PIPE) acc = ng_sqc(acc, LOAD_INC(j));                                                      \
+      const floatC wp = WPRIMEC(j), xv = NG_LDC(DTYPE, cur, j);                                      \
+      floatC out;                                                                                    \
+      if (mode == NG_CAST_GEMMA) out = xv * rs * wp;                                                 \
+      else out = RDC_(DTYPE, xv * rs) * (mode == NG_CAST_NONE && HAS_W ? RDC_(DTYPE, wp) : wp);     \
+      STC_(DTYPE, yr, j, out);                                                                       \
+    }                                                                                                \
+  } while (0)
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_FWD(__global const XT *x, ulong x_off,
 #if FUSED_ADD
@@ -79,6 +109,76 @@ RMS_FWD(__global const XT *x, ulong x_off,
   y += y_off;
   w += w_off;
   rstd += rstd_off;
+#if WG == 1
+  /* CPU shape (ng_common.clh): the group's block of rows, software-pipelined. The loop that
+   * writes row r (its input now in cache) also reads row r+1 from memory and forms its sum of
+   * squares, so memory streams the next row while the core does this row's rounding work,
+   * instead of idling through a second pass. Each row's sum runs in the order of a plain loop
+   * over the row. */
+  (void)lid;
+  (void)red;
+  NG_ROW_BLOCK(r0, r1, rows);
+  const uint nc = nv / NG_CH;
+  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  /* A row whose rstd is finite and > 0 has only finite x (a non-finite x makes the sum of
+   * squares Inf or NaN); if also every w' (as rms_out uses it) is finite, the row has no NaN
+   * input and takes the rounding without the NaN test (same bits, ng_common.clh). */
+  bool w_ok = true;
+#if HAS_W
+  for (uint j = 0; j < nc; j++) {
+    floatC wp = WPRIMEC(j);
+    if (mode == NG_CAST_NONE) wp = NG_RDC(DTYPE, wp);
+    w_ok = w_ok && all(isfinite(wp));
+  }
+  if (tail) {
+    floatV wp = WPRIME(w, nv - 1, offset);
+    if (mode == NG_CAST_NONE) wp = RDX(wp);
+    w_ok = w_ok && all(isfinite(wp));
+  }
+#endif
+  floatV acc = (floatV)(0.0f);
+  if (r0 < r1) {
+    __global const XT *xr = x + (ulong)r0 * n;
+#if FUSED_ADD
+    __global const XT *resr = res + (ulong)r0 * n;
+    __global XT *sr = s + (ulong)r0 * n;
+#endif
+    for (uint j = 0; j < nc; j++) acc = ng_sqc(acc, LOAD_INC(j));
+    if (tail) {
+      const floatV v = LOAD_IN(nv - 1);
+      acc = fma(v, v, acc);
+    }
+  }
+  for (uint r = r0; r < r1; r++) {
+    const ulong o = (ulong)r * n;
+    float rs = rsqrt(ng_hsum(acc) / (float)n + eps);
+    if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
+    rstd[r] = rs;
+    acc = (floatV)(0.0f);
+    __global XT *yr = y + o;
+    /* this row's input, and (through LOAD_IN) the next row's */
+#if FUSED_ADD
+    __global const XT *cur = s + o;
+    __global const XT *xr = x + o + n, *resr = res + o + n;
+    __global XT *sr = s + o + n;
+#else
+    __global const XT *cur = x + o;
+    __global const XT *xr = x + o + n;
+#endif
+    const bool next = r + 1 < r1, fast = w_ok && rs > 0.0f && isfinite(rs);
+    if (fast && next) RMS_CPU_LOOP(1, NG_RDCF, NG_STCF);
+    else if (fast) RMS_CPU_LOOP(0, NG_RDCF, NG_STCF);
+    else if (next) RMS_CPU_LOOP(1, NG_RDC, NG_STC);
+    else RMS_CPU_LOOP(0, NG_RDC, NG_STC);
+    if (tail) {
+      if (next) {
+        const floatV v = LOAD_IN(nv - 1);
+        acc = fma(v, v, acc);
+      }
+      STX(yr, nv - 1, rms_out(LDX(cur, nv - 1), rs, WPRIME(w, nv - 1, offset), mode));
+    }
+  }
+#else
   /* Rows of at most WG·REG vectors are held in registers: all of a work-item's loads are issued
    * before the first use, and the row is read from memory once. The sums run in the same order
    * as the streaming loop below, so both paths give the same bits. */
@@ -147,6 +247,7 @@ RMS_FWD(__global const XT *x, ulong x_off,
     if (lid == 0) rstd[r] = rs;
     for (uint i = lid; i < nv; i += WG) STX(yr, i, rms_out(LDX(xr, i), rs, WPRIME(w, i, offset), mode));
   }
+#endif
 }
 
 /* dx = rstd·m − (rstd³/n)·(Σ m·x)·x (+ ds_out) with m = dy·w'; dW partial of this group
