@@ -32,27 +32,6 @@ static char *fresh_dir(void) {
   return t;
 }
 
-static void rm_rf(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    chmod(path, 0700);
-    DIR *d = opendir(path);
-    if (d) {
-      for (struct dirent *de; (de = readdir(d));) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-        rm_rf(sub);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
 static unsigned char *read_file(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -266,7 +245,7 @@ static void test_hit_miss(void **state) {
   assert_true(stats_of(c2).cache_hits >= 3);
   ng_context_release(c1);
   ng_context_release(c2);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -323,7 +302,7 @@ static void test_corrupt_and_truncated(void **state) {
   EXPECT_STATS(c, 0, 1, 0, 0, 0, 0);
   ng_context_release(c);
   free(good);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -388,7 +367,7 @@ static void test_foreign_entries(void **state) {
   free(key);
   free(good);
   free(l);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -413,7 +392,7 @@ static void test_driver_rejects(void **state) {
   run_ok(c, NG_F32, false, &o);
   EXPECT_STATS(c, 0, 1, 0, 0, 0, 0);
   ng_context_release(c);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -431,7 +410,7 @@ static void test_unwritable_folder(void **state) {
   run_ok(c, NG_F32, true, &o);
   EXPECT_STATS(c, 3, 0, 3, 0, 0, 3);
   ng_context_release(c);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -447,7 +426,7 @@ static void test_readonly_folder(void **state) {
   if (geteuid() == 0) {
     print_message("running as root, where a read-only mode does not stop writes: skipped "
                   "(test_unwritable_folder covers a folder that cannot be written)\n");
-    rm_rf(ro);
+    ng_test_remove_tree(ro);
     free(ro);
     skip();
   }
@@ -456,7 +435,7 @@ static void test_readonly_folder(void **state) {
   EXPECT_STATS(c, 2, 1, 2, 0, 0, 2);
   ng_context_release(c);
   assert_int_equal(count_files(ro, ""), 1);
-  rm_rf(ro);
+  ng_test_remove_tree(ro);
   free(ro);
 }
 
@@ -551,9 +530,9 @@ static void test_env_and_off(void **state) {
   set_env("NORMGRAD_CACHE_DIR", "off");
   set_env("XDG_CACHE_HOME", NULL);
   set_env("HOME", saved_home[0] ? saved_home : NULL);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
-  rm_rf(home);
+  ng_test_remove_tree(home);
   free(home);
 }
 
@@ -621,7 +600,7 @@ static void test_eviction(void **state) {
   free(l);
   NG_OK(ng_cache_clear(missing, &removed));
   assert_int_equal(removed, 0);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -713,7 +692,7 @@ static void test_two_processes(void **state) {
   ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (el <= 0) {
     print_message("no /proc/self/exe: the two-process race is skipped\n");
-    rm_rf(dir);
+    ng_test_remove_tree(dir);
     free(dir);
     skip();
   }
@@ -764,7 +743,7 @@ static void test_two_processes(void **state) {
   run_ok(c, NG_F32, false, &o);
   EXPECT_STATS(c, 0, 1, 0, 0, 0, 0);
   ng_context_release(c);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 
@@ -841,7 +820,7 @@ static void test_prebuild(void **state) {
   assert_int_equal(count, want);
   EXPECT_STATS(c, 0, want, 0, 0, 0, 0);
   ng_context_release(c);
-  rm_rf(dir);
+  ng_test_remove_tree(dir);
   free(dir);
 }
 

@@ -2,7 +2,6 @@
 #include "ng_cli_test.h"
 #include "ng_test.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -51,29 +50,8 @@ int ng_cli_test_init(const char *tag) {
   return 0;
 }
 
-/* Depth first; symbolic links are removed, never followed. */
-static void remove_tree(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        remove_tree(sub);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
 void ng_cli_test_cleanup(void) {
-  if (ng_cli_dir[0]) remove_tree(ng_cli_dir);
+  if (ng_cli_dir[0]) ng_test_remove_tree(ng_cli_dir);
 }
 
 char *ng_cli_path_in(const char *dir, const char *name) {

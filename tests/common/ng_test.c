@@ -1,4 +1,7 @@
 #include "ng_test.h"
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -229,5 +232,26 @@ void ng_test_assert_close(const char *what, const float *got, const double *ref,
                 what, bad, count, tol.rtol, tol.atol, worst, (double)got[worst], ref[worst],
                 worst_ratio);
     _fail(file, line);
+  }
+}
+
+void ng_test_remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    chmod(path, 0700);
+    DIR *d = opendir(path);
+    if (d) {
+      for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char sub[1024];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        ng_test_remove_tree(sub);
+      }
+      closedir(d);
+    }
+    rmdir(path);
+  } else {
+    unlink(path);
   }
 }

@@ -59,6 +59,11 @@ double ng_rng_normal(ng_rng *r);
 /* `count` values ~ N(mean, std), rounded to dt so the reference sees what the device sees. */
 float *ng_test_random(ng_rng *r, ng_dtype dt, size_t count, double mean, double std);
 
+/* ---- files -------------------------------------------------------------------------------------
+ * Remove path and everything under it, depth first; folders are made writable first (a test may
+ * have locked one), symbolic links are removed, never followed. Errors are ignored. */
+void ng_test_remove_tree(const char *path);
+
 /* ---- comparison -------------------------------------------------------------------------------
  * Element i passes when |got − ref| ≤ atol + rtol·|ref| (+ scale[i]·stol when scale is given).
  * NaN must match NaN. On failure, prints the worst element and fails the cmocka test. */
