@@ -6,20 +6,8 @@
 set -u
 CLI=${1:?usage: cache.sh normgrad-cli}
 DATA="$(cd "$(dirname "$0")/../data" && pwd)/rmsnorm_example.safetensors"
-T=$(mktemp -d /tmp/ng-cli-cache-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-export NORMGRAD_CACHE_DIR="$T/cache"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-
-# expect CODE CMD...: run, keep stdout in $T/out and stderr in $T/err, check the exit code.
-expect() {
-  local want=$1; shift
-  "$@" >"$T/out" 2>"$T/err"
-  local rc=$?
-  [ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(cat "$T/err")"
-}
-has() { grep -q -- "$1" "$T/$2" || fail "'$1' not in $2: $(cat "$T/$2")"; }
+. "$(dirname "$0")/common.bash"
+ng_cli_test_setup cache
 
 expect 0 "$CLI" cache list
 has "0 entries" out

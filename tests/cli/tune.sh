@@ -5,19 +5,9 @@
 # Usage: tune.sh PATH/TO/normgrad-cli
 set -u
 CLI=${1:?usage: tune.sh normgrad-cli}
-T=$(mktemp -d /tmp/ng-cli-tune-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-export NORMGRAD_CACHE_DIR="$T/cache"
+. "$(dirname "$0")/common.bash"
+ng_cli_test_setup tune
 unset NORMGRAD_TUNE
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() {
-  local want=$1; shift
-  "$@" >"$T/out" 2>"$T/err"
-  local rc=$?
-  [ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(cat "$T/err")"
-}
-has() { grep -q -- "$1" "$T/$2" || fail "'$1' not in $2: $(cat "$T/$2")"; }
 
 expect 2 "$CLI" tune
 expect 2 "$CLI" tune flce
