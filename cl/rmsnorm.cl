@@ -272,10 +272,36 @@ inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global
 #if HAS_DS
 #define RMS_BWD ng_fused_add_rmsnorm_bwd
 #define DX_OUT(i, v) ((v) + LDX(dsr, i))
+#define DX_OUTC(j, v) ((v) + NG_LDC(DTYPE, dsr, j))
 #else
 #define RMS_BWD ng_rmsnorm_bwd
 #define DX_OUT(i, v) (v)
+#define DX_OUTC(j, v) (v)
 #endif
+
+/* CPU shape, chunk j: rms_row_dot's sum step for the row at dyn/xn, and the loop over one row's
+ * chunks that writes dx (rounding with RDC_ / storing with STC_), adds to the dW partial row and,
+ * with PIPE, forms the next row's sum in `acc`. */
+#define RMS_DOTC(acc, j) ng_fmac(NG_LDC(DTYPE, dyn, j) * WPRIMEC(j), NG_LDC(DTYPE, xn, j), acc)
+#if COMPUTE_DW
+#define RMS_DW_CPU(j, d, xv, RDC_)                                                                   \
+  do {                                                                                               \
+    floatC xh = (xv) * rs;                                                                           \
+    if (mode == NG_CAST_LLAMA) xh = RDC_(DTYPE, xh);                                                 \
+    NG_STC(NG_F32, prow, j, fma(d, xh, NG_LDC(NG_F32, prow, j)));                                    \
+  } while (0)
+#else
+#define RMS_DW_CPU(j, d, xv, RDC_) ((void)0)
+#endif
+#define RMS_BWD_CPU_LOOP(PIPE, RDC_, STC_)                                                           \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      if (PIPE) acc = RMS_DOTC(acc, j);                                                              \
+      const floatC d = NG_LDC(DTYPE, dyr, j), xv = NG_LDC(DTYPE, xr, j);                             \
+      STC_(DTYPE, dxr, j, DX_OUTC(j, rs * (d * WPRIMEC(j)) - c * xv));                               \
+      RMS_DW_CPU(j, d, xv, RDC_);                                                                    \
+    }                                                                                                \
+  } while (0)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
         __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
@@ -304,6 +330,68 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #else
 #define WP_REG(k, i) WPRIME(w, i, offset)
 #endif
+#if WG == 1
+  /* CPU shape: the forward's treatment (ng_common.clh). The group takes a contiguous block of
+   * rows; the loop that writes row r's dx also reads row r+1 from memory and forms its row sum,
+   * so the second pass over a row runs from cache while memory streams the next one. The row
+   * sum runs in the order of rms_row_dot (the same bits as before and as the GPU's streaming
+   * path), and the dW partial row stays in cache across the block. */
+  (void)lid;
+  (void)red;
+  NG_ROW_BLOCK(r0, r1, rows);
+  const uint nc = nv / NG_CH;
+  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+#if COMPUTE_DW
+  __global float *prow = part + part_off + (ulong)get_group_id(0) * n;
+  for (uint j = 0; j < nc; j++) NG_STC(NG_F32, prow, j, (floatC)(0.0f));
+  if (tail) NG_STV(NG_F32, prow, nv - 1, (floatV)(0.0f));
+#else
+  (void)part;
+  (void)part_off;
+#endif
+  /* The rounding without its NaN test (NG_RDCF) gives the full rounding's bits unless a NaN with
+   * a non-zero low half reaches it. A 16-bit input widens with a zero low half and arithmetic
+   * keeps an input NaN's payload (or makes the default NaN), so only the f32 inputs can bring
+   * one: every w' of the group and the row's rstd are checked for NaN. */
+  bool w_ok = true;
+#if HAS_W
+  for (uint j = 0; j < nc; j++) w_ok = w_ok && !any(isnan(WPRIMEC(j)));
+  if (tail) w_ok = w_ok && !any(isnan(WPRIME(w, nv - 1, offset)));
+#endif
+  floatV acc = (floatV)(0.0f);
+  if (r0 < r1) {
+    __global const XT *dyn = dy + (ulong)r0 * n, *xn = x + (ulong)r0 * n;
+    for (uint j = 0; j < nc; j++) acc = RMS_DOTC(acc, j);
+    if (tail) acc = fma(LDX(dyn, nv - 1) * WPRIME(w, nv - 1, offset), LDX(xn, nv - 1), acc);
+  }
+  for (uint r = r0; r < r1; r++) {
+    const ulong o = (ulong)r * n;
+    __global const XT *dyr = dy + o, *xr = x + o, *dyn = dy + o + n, *xn = x + o + n;
+    __global XT *dxr = dx + o;
+#if HAS_DS
+    __global const XT *dsr = ds + o;
+#endif
+    const float rs = rstd[r];
+    const float c = (rs * rs * rs) * (ng_hsum(acc) / (float)n);
+    acc = (floatV)(0.0f);
+    const bool next = r + 1 < r1, fast = w_ok && !isnan(rs);
+    if (fast && next) RMS_BWD_CPU_LOOP(1, NG_RDCF, NG_STCF);
+    else if (fast) RMS_BWD_CPU_LOOP(0, NG_RDCF, NG_STCF);
+    else if (next) RMS_BWD_CPU_LOOP(1, NG_RDC, NG_STC);
+    else RMS_BWD_CPU_LOOP(0, NG_RDC, NG_STC);
+    if (tail) {
+      const uint i = nv - 1;
+      if (next) acc = fma(LDX(dyn, i) * WPRIME(w, i, offset), LDX(xn, i), acc);
+      const floatV d = LDX(dyr, i), xv = LDX(xr, i);
+      STX(dxr, i, DX_OUT(i, rs * (d * WPRIME(w, i, offset)) - c * xv));
+#if COMPUTE_DW
+      floatV xh = xv * rs;
+      if (mode == NG_CAST_LLAMA) xh = RDX(xh);
+      NG_STV(NG_F32, prow, i, fma(d, xh, NG_LDV(NG_F32, prow, i)));
+#endif
+    }
+  }
+#else
 #if COMPUTE_DW
   floatV dwr[REG];
 #pragma unroll
@@ -390,6 +478,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       if (i < nv) NG_STV(NG_F32, prow, i, dwr[k]);
     }
   }
+#endif
 #endif
 }
 
