@@ -277,6 +277,47 @@ typedef float accT;
 #define ACC_SUM(a) (a)
 #endif
 
+/* CPU shape, chunk j: ln_row_sums's step for the row at dyn/xn (its mean mun, rstd rsn) into
+ * a1, a2; and the loop over row r's chunks that writes dx (STC_), adds to the partial rows and,
+ * with PIPE, forms the next row's sums. */
+#if HAS_W
+#define GRADC(d, j) ((d) * NG_LDC(W_DTYPE, w, j))
+#else
+#define GRADC(d, j) (d)
+#endif
+#define LN_SUMSC(j)                                                                                  \
+  do {                                                                                               \
+    const floatC xh_ = (NG_LDC(DTYPE, xn, j) - mun) * rsn, g_ = GRADC(NG_LDC(DTYPE, dyn, j), j);     \
+    a1 = ng_fmac(xh_, g_, a1);                                                                       \
+    a2 = ng_addc(a2, g_);                                                                            \
+  } while (0)
+#define LN_SUMS_TAIL()                                                                               \
+  do {                                                                                               \
+    const floatV xh_ = (LDX(xn, nv - 1) - mun) * rsn, g_ = GRAD(LDX(dyn, nv - 1), nv - 1);           \
+    a1 = fma(xh_, g_, a1);                                                                           \
+    a2 = a2 + g_;                                                                                    \
+  } while (0)
+#if COMPUTE_DW
+#define LN_DW_CPU(j, d, xh) NG_STC(NG_F32, pw, j, fma(d, xh, NG_LDC(NG_F32, pw, j)))
+#else
+#define LN_DW_CPU(j, d, xh) ((void)0)
+#endif
+#if COMPUTE_DB
+#define LN_DB_CPU(j, d) NG_STC(NG_F32, pb, j, NG_LDC(NG_F32, pb, j) + (d))
+#else
+#define LN_DB_CPU(j, d) ((void)0)
+#endif
+#define LN_BWD_CPU_LOOP(PIPE, STC_)                                                                  \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      if (PIPE) LN_SUMSC(j);                                                                         \
+      const floatC d = NG_LDC(DTYPE, dyr, j), xh = (NG_LDC(DTYPE, xr, j) - mu) * rs;                 \
+      STC_(DTYPE, dxr, j, (GRADC(d, j) - xh * c1 - c2) * rs);                                        \
+      LN_DW_CPU(j, d, xh);                                                                           \
+      LN_DB_CPU(j, d);                                                                               \
+    }                                                                                                \
+  } while (0)
+
 /* (Σ xhat·g, Σ g) over a row, streamed: the one definition of the backward's row sums for rows
  * beyond the registers, shared by the streaming path and ng_layernorm_bwd_dot so both give the
  * same bits (dx must not depend on which gradients are computed). */
@@ -326,6 +367,64 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   __global float *pb = prow + (COMPUTE_DW ? (ulong)get_num_groups(0) * n : 0);
 #endif
 
+#if WG == 1
+  /* CPU shape: as the RMSNorm backward (cl/rmsnorm.cl). A contiguous block of rows; the loop
+   * that writes row r's dx also forms row r+1's two sums, in ln_row_sums's order (dx keeps its
+   * bits), while memory streams that row. */
+  (void)lid;
+  (void)red;
+  NG_ROW_BLOCK(r0, r1, rows);
+  const uint nc = nv / NG_CH;
+  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+#if COMPUTE_DW
+  for (uint j = 0; j < nc; j++) NG_STC(NG_F32, pw, j, (floatC)(0.0f));
+  if (tail) NG_STV(NG_F32, pw, nv - 1, (floatV)(0.0f));
+#endif
+#if COMPUTE_DB
+  for (uint j = 0; j < nc; j++) NG_STC(NG_F32, pb, j, (floatC)(0.0f));
+  if (tail) NG_STV(NG_F32, pb, nv - 1, (floatV)(0.0f));
+#endif
+  /* bf16 rounds without the NaN test unless an f32 input (w, the row's mean or rstd) is NaN: a
+   * NaN made from 16-bit inputs has a zero low half, on which both roundings agree. */
+  bool w_ok = true;
+#if HAS_W
+  for (uint j = 0; j < nc; j++) w_ok = w_ok && !any(isnan(NG_LDC(W_DTYPE, w, j)));
+  if (tail) w_ok = w_ok && !any(isnan(LDW(w, nv - 1)));
+#endif
+  floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
+  if (r0 < r1) {
+    __global const XT *dyn = dy + (ulong)r0 * n, *xn = x + (ulong)r0 * n;
+    const float mun = mean[r0], rsn = rstd[r0];
+    for (uint j = 0; j < nc; j++) LN_SUMSC(j);
+    if (tail) LN_SUMS_TAIL();
+  }
+  for (uint r = r0; r < r1; r++) {
+    const ulong o = (ulong)r * n;
+    __global const XT *dyr = dy + o, *xr = x + o, *dyn = dy + o + n, *xn = x + o + n;
+    __global XT *dxr = dx + o;
+    const float mu = mean[r], rs = rstd[r];
+    const float c1 = ng_hsum(a1) / (float)n, c2 = ng_hsum(a2) / (float)n;
+    a1 = a2 = (floatV)(0.0f);
+    const bool next = r + 1 < r1, fast = w_ok && !isnan(mu) && !isnan(rs);
+    const float mun = next ? mean[r + 1] : 0.0f, rsn = next ? rstd[r + 1] : 0.0f;
+    if (fast && next) LN_BWD_CPU_LOOP(1, NG_STCF);
+    else if (fast) LN_BWD_CPU_LOOP(0, NG_STCF);
+    else if (next) LN_BWD_CPU_LOOP(1, NG_STC);
+    else LN_BWD_CPU_LOOP(0, NG_STC);
+    if (tail) {
+      const uint i = nv - 1;
+      if (next) LN_SUMS_TAIL();
+      const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
+      STX(dxr, i, DX(d, xh, i));
+#if COMPUTE_DW
+      NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)));
+#endif
+#if COMPUTE_DB
+      NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + d);
+#endif
+    }
+  }
+#else
   if (nv <= (uint)(WG * REG)) { /* the row (and its partials) fit in registers */
 #if COMPUTE_DW
     floatV dwr[REG];
@@ -416,6 +515,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 #endif
     }
   }
+#endif
 }
 
 /* ---- backward with partials for rows too long for registers (GPU shape) ---------------------

@@ -150,6 +150,62 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
 }
 
 #else
+/* Row r's rstd, its dW terms and the dx coefficients, from the row sums s1, s2, s3. */
+#if COMPUTE_DW
+#define PN_DW_ADD()                                                                                  \
+  do {                                                                                               \
+    dw3 = fma(r3, s3, dw3);                                                                          \
+    dw2 = fma(r2, s2, dw2);                                                                          \
+    dw1 = fma(r1, s1, dw1);                                                                          \
+  } while (0)
+#else
+#define PN_DW_ADD() ((void)0)
+#endif
+#define PN_BWD_COEFFS()                                                                              \
+  const float r3 = rstd[(ulong)r * 3], r2 = rstd[(ulong)r * 3 + 1], r1 = rstd[(ulong)r * 3 + 2];    \
+  PN_DW_ADD();                                                                                       \
+  const float c2 = 3.0f * w0 * r3, c1 = 2.0f * w1 * r2, c0 = w2 * r1;                                \
+  const float K3 = c2 * (r3 * r3) * (s3 / nf), K2 = c1 * (r2 * r2) * (s2 / nf);                      \
+  const float K1 = c0 * (r1 * r1) * (s1 / nf)
+/* dx of dy d and x v (vectors or chunks) */
+#define PN_DX(d, v)                                                                                  \
+  ((d) * ((c2 * (v) + c1) * (v) + c0) - ((K3 * ((v) * (v)) + K2) * ((v) * (v)) + K1) * (v))
+
+/* CPU shape: the four row sums of dy d and x v (one vector), in the GPU loop's order; a chunk
+ * feeds its low half, then its high half. The chunk loop over row r that writes dx, with PIPE
+ * also the sums of row r+1. */
+#if COMPUTE_DB
+#define PN_DB_ADD(d) (ad += (d))
+#else
+#define PN_DB_ADD(d) ((void)0)
+#endif
+#define PN_BSUMS1(dval, vval)                                                                        \
+  do {                                                                                               \
+    const floatV d_ = (dval), v_ = (vval), dv_ = d_ * v_, dv2_ = dv_ * v_;                           \
+    a1 += dv_;                                                                                       \
+    a2 += dv2_;                                                                                      \
+    a3 = fma(dv2_, v_, a3);                                                                          \
+    PN_DB_ADD(d_);                                                                                   \
+  } while (0)
+#if NG_CH == 2
+#define PN_BSUMS(dval, vval)                                                                         \
+  do {                                                                                               \
+    const floatC dc_ = (dval), vc_ = (vval);                                                         \
+    PN_BSUMS1(dc_.lo, vc_.lo);                                                                       \
+    PN_BSUMS1(dc_.hi, vc_.hi);                                                                       \
+  } while (0)
+#else
+#define PN_BSUMS(dval, vval) PN_BSUMS1(dval, vval)
+#endif
+#define PN_BWD_CPU_LOOP(PIPE, STC_)                                                                  \
+  do {                                                                                               \
+    for (uint j = 0; j < nc; j++) {                                                                  \
+      const floatC d = NG_LDC(DTYPE, dyr, j), v = NG_LDC(DTYPE, xr, j);                              \
+      if (PIPE) PN_BSUMS(NG_LDC(DTYPE, dyn, j), NG_LDC(DTYPE, xn, j));                               \
+      STC_(DTYPE, dxr, j, PN_DX(d, v));                                                              \
+    }                                                                                                \
+  } while (0)
+
 /* With S_p = Σ dy·x^p:
  *   dx = dy·(3·w0·r3·x² + 2·w1·r2·x + w2·r1) − x·(K3·x⁴ + K2·x² + K1),
  *   K3 = 3·w0·r3³·S3/n, K2 = 2·w1·r2³·S2/n, K1 = w2·r1³·S1/n;
@@ -180,6 +236,44 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
 #else
   (void)part_db, (void)pdb_off;
 #endif
+#if WG == 1
+  /* CPU shape: as the RMSNorm backward (cl/rmsnorm.cl). A contiguous block of rows; the loop
+   * that writes row r's dx also forms row r+1's four sums, in the GPU loop's order, while memory
+   * streams that row. bf16 rounds without the NaN test unless an f32 input (w or the row's rstd)
+   * is NaN: a NaN made from 16-bit inputs has a zero low half, on which both roundings agree. */
+  (void)red;
+  NG_ROW_BLOCK(rb0, rb1, rows); /* r1..r3 name the rstds */
+  const uint nc = nv / NG_CH;
+  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  const bool w_ok = !isnan(w0) && !isnan(w1) && !isnan(w2);
+  floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f), ad = (floatV)(0.0f);
+  if (rb0 < rb1) {
+    __global const XT *dyn = dy + (ulong)rb0 * n, *xn = x + (ulong)rb0 * n;
+    for (uint j = 0; j < nc; j++) PN_BSUMS(NG_LDC(DTYPE, dyn, j), NG_LDC(DTYPE, xn, j));
+    if (tail) PN_BSUMS1(LDX(dyn, nv - 1), LDX(xn, nv - 1));
+  }
+  for (uint r = rb0; r < rb1; r++) {
+    const ulong o = (ulong)r * n;
+    __global const XT *dyr = dy + o, *xr = x + o, *dyn = dy + o + n, *xn = x + o + n;
+    __global XT *dxr = dx + o;
+    const float s1 = ng_hsum(a1), s2 = ng_hsum(a2), s3 = ng_hsum(a3);
+#if COMPUTE_DB
+    dbs += ng_hsum(ad);
+#endif
+    a1 = a2 = a3 = ad = (floatV)(0.0f);
+    PN_BWD_COEFFS();
+    const bool next = r + 1 < rb1, fast = w_ok && !isnan(r3) && !isnan(r2) && !isnan(r1);
+    if (fast && next) PN_BWD_CPU_LOOP(1, NG_STCF);
+    else if (fast) PN_BWD_CPU_LOOP(0, NG_STCF);
+    else if (next) PN_BWD_CPU_LOOP(1, NG_STC);
+    else PN_BWD_CPU_LOOP(0, NG_STC);
+    if (tail) {
+      if (next) PN_BSUMS1(LDX(dyn, nv - 1), LDX(xn, nv - 1));
+      const floatV d = LDX(dyr, nv - 1), v = LDX(xr, nv - 1);
+      STX(dxr, nv - 1, PN_DX(d, v));
+    }
+  }
+#else
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *dyr = dy + (ulong)r * n;
     __global const XT *xr = x + (ulong)r * n;
@@ -204,23 +298,13 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
 #if COMPUTE_DB
     dbs += ng_wg_sum(ng_hsum(ad), red);
 #endif
-    const float r3 = rstd[(ulong)r * 3], r2 = rstd[(ulong)r * 3 + 1], r1 = rstd[(ulong)r * 3 + 2];
-#if COMPUTE_DW
-    dw3 = fma(r3, s3, dw3);
-    dw2 = fma(r2, s2, dw2);
-    dw1 = fma(r1, s1, dw1);
-#endif
-    const float c2 = 3.0f * w0 * r3, c1 = 2.0f * w1 * r2, c0 = w2 * r1;
-    const float K3 = c2 * (r3 * r3) * (s3 / nf), K2 = c1 * (r2 * r2) * (s2 / nf);
-    const float K1 = c0 * (r1 * r1) * (s1 / nf);
+    PN_BWD_COEFFS();
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), v = LDX(xr, i);
-      const floatV v2 = v * v;
-      const floatV lin = (c2 * v + c1) * v + c0;
-      const floatV corr = ((K3 * v2 + K2) * v2 + K1) * v;
-      STX(dxr, i, d * lin - corr);
+      STX(dxr, i, PN_DX(d, v));
     }
   }
+#endif
   if (lid == 0) {
     const ulong g = get_group_id(0);
 #if COMPUTE_DW
