@@ -328,6 +328,11 @@ NG_API ng_status ng_profile_begin(void);
  *  CL_PROFILING_INFO_NOT_AVAILABLE (a queue without CL_QUEUE_PROFILING_ENABLE), the OpenCL code
  *  of a failed wait (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when a kernel failed). */
 NG_API ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels);
+/** ng_profile_end, and also each recorded kernel's time and name in enqueue order: the first
+ *  `cap` of them go to each_ns[] and names[] (either may be NULL; names are static strings: the
+ *  OpenCL kernel's name, or "clblast_sgemm" for a GEMM). Same errors. */
+NG_API ng_status ng_profile_end_each(cl_ulong *kernel_ns, unsigned *kernels, cl_ulong *each_ns,
+                                     const char **names, unsigned cap);
 
 /* ---------------------------------------------------------------------------------------------
  * Common op arguments

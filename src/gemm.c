@@ -68,7 +68,7 @@ ng_status ng_gemm_enqueue(cl_command_queue q, const ng_gemm *g, cl_mem temp) {
     st = CLBlastSgemmWithTempBuffer(CLBlastLayoutRowMajor, tr(g->ta), tr(g->tb), g->m, g->n, g->k,
                                     g->alpha, g->a, g->a_off, g->lda, g->b, g->b_off, g->ldb,
                                     g->beta, g->c, g->c_off, g->ldc, &q, prof ? &done : NULL, t);
-  if (st == CLBlastSuccess && from && done) ng_profile_record_span(from, done);
+  if (st == CLBlastSuccess && from && done) ng_profile_record_span(from, done, "clblast_sgemm");
   if (from) clReleaseEvent(from);
   if (done) clReleaseEvent(done);
   return map_status(st, "SGEMM", g);

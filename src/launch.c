@@ -12,6 +12,7 @@ static _Thread_local struct {
   unsigned count, cap;
   cl_event *ev;
   cl_event *from; /* span entries: timed from this event's END; else NULL */
+  const char **name; /* kernel names (static strings) */
 } prof;
 
 bool ng_profile_active(void) { return prof.active; }
@@ -27,11 +28,14 @@ static bool profile_room(void) {
   cl_event *f = realloc(prof.from, nc * sizeof *f);
   if (!f) return false;
   prof.from = f;
+  const char **nm = realloc(prof.name, nc * sizeof *nm);
+  if (!nm) return false;
+  prof.name = nm;
   prof.cap = nc;
   return true;
 }
 
-void ng_profile_record(cl_event ev) {
+void ng_profile_record(cl_event ev, const char *name) {
   if (!prof.active || !ev) return;
   if (!profile_room()) {
     prof.overflow = true;
@@ -39,10 +43,11 @@ void ng_profile_record(cl_event ev) {
   }
   clRetainEvent(ev);
   prof.from[prof.count] = NULL;
+  prof.name[prof.count] = name;
   prof.ev[prof.count++] = ev;
 }
 
-void ng_profile_record_span(cl_event from, cl_event to) {
+void ng_profile_record_span(cl_event from, cl_event to, const char *name) {
   if (!prof.active || !from || !to) return;
   if (!profile_room()) {
     prof.overflow = true;
@@ -51,6 +56,7 @@ void ng_profile_record_span(cl_event from, cl_event to) {
   clRetainEvent(from);
   clRetainEvent(to);
   prof.from[prof.count] = from;
+  prof.name[prof.count] = name;
   prof.ev[prof.count++] = to;
 }
 
@@ -62,7 +68,9 @@ static void profile_release_all(void) {
   prof.count = 0;
   free(prof.ev);
   free(prof.from);
+  free(prof.name);
   prof.ev = prof.from = NULL;
+  prof.name = NULL;
   prof.cap = 0;
 }
 
@@ -75,6 +83,11 @@ ng_status ng_profile_begin(void) {
 }
 
 ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
+  return ng_profile_end_each(kernel_ns, kernels, NULL, NULL, 0);
+}
+
+ng_status ng_profile_end_each(cl_ulong *kernel_ns, unsigned *kernels, cl_ulong *each_ns,
+                              const char **names, unsigned cap) {
   ng_clear_detail();
   ng_status s = NG_SUCCESS;
   cl_ulong total = 0;
@@ -90,6 +103,8 @@ ng_status ng_profile_end(cl_ulong *kernel_ns, unsigned *kernels) {
       s = clGetEventProfilingInfo(prof.ev[i], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
     if (s != CL_SUCCESS) ng_fail(s, "profiling info not available (queue without profiling?)");
     total += b > a ? b - a : 0;
+    if (i < cap && each_ns) each_ns[i] = b > a ? b - a : 0;
+    if (i < cap && names) names[i] = prof.name[i];
   }
   if (s == NG_SUCCESS && prof.overflow)
     s = ng_fail(NG_ERR_INVALID_VALUE, "more than %u kernels between begin and end (or no host "
@@ -120,7 +135,7 @@ ng_status ng_enqueue(ng_context *ctx, cl_command_queue q, cl_program prog, const
     cl_event own = NULL;
     cl_event *evp = event ? event : (prof.active ? &own : NULL);
     e = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, nwait, nwait ? wait : NULL, evp);
-    if (e == CL_SUCCESS && evp) ng_profile_record(*evp);
+    if (e == CL_SUCCESS && evp) ng_profile_record(*evp, kname);
     if (own) clReleaseEvent(own);
     if (e != CL_SUCCESS)
       ng_fail(e, "clEnqueueNDRangeKernel(%s, global %zu, local %zu) failed", kname, global,

@@ -192,12 +192,13 @@ ng_status ng_enqueue(ng_context *ctx, cl_command_queue q, cl_program prog, const
                      cl_uint nwait, const cl_event *wait, cl_event *event);
 
 /* Record an event of an enqueued command for ng_profile_* when this thread is profiling
- * (retains it). Call with the event of every enqueue the library makes outside ng_enqueue. */
-void ng_profile_record(cl_event ev);
+ * (retains it), with a static string naming it. Call with the event of every enqueue the
+ * library makes outside ng_enqueue. */
+void ng_profile_record(cl_event ev, const char *name);
 /* Record a span that ends with `to` and starts when `from` ended (a small command enqueued just
  * before one that runs several kernels of its own, like a CLBlast GEMM, whose event is only that
  * of its last kernel). Counts as one entry. */
-void ng_profile_record_span(cl_event from, cl_event to);
+void ng_profile_record_span(cl_event from, cl_event to, const char *name);
 bool ng_profile_active(void);
 
 /* Scratch: use the caller's buffer when given, else allocate one (released by ng_scratch_done

@@ -40,8 +40,15 @@ static const char copy_src[] =
     "  dst[i] = src[i];\n"
     "}\n";
 
-static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, char *err,
-                        size_t errlen) {
+/* Host time of back-to-back calls: HOST_CALLS in a row after the queue drained, no profiling
+ * events, no waiting in between (how a training step issues them). */
+#define HOST_CALLS 64
+
+/* The copy bandwidth, and the driver's floor for one launch: the host time of setting two
+ * arguments and enqueueing a small copy, back-to-back without events (what every kernel of an
+ * op pays before normgrad adds anything). */
+static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, double *enqueue_us,
+                        char *err, size_t errlen) {
   size_t bytes = COPY_BYTES;
   if (max_alloc && bytes > max_alloc) bytes = (size_t)max_alloc;
   bytes = bytes / 4096 * 4096;
@@ -93,6 +100,22 @@ static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, char *er
   cli_progress_end(&pr);
   const double ns = median(t, COPY_REPS);
   *gbps = ns > 0 ? 2.0 * (double)bytes / ns : 0.0; /* read + written, bytes per ns = GB/s */
+  double th[HOST_CALLS];
+  const size_t small = 4096;
+  for (int r = 0; r < HOST_CALLS && e == CL_SUCCESS; r++) {
+    const double h0 = cli_now_s();
+    e = clSetKernelArg(k, 0, sizeof src, &src);
+    if (e == CL_SUCCESS) e = clSetKernelArg(k, 1, sizeof dst, &dst);
+    if (e == CL_SUCCESS) e = clEnqueueNDRangeKernel(env->queue, k, 1, NULL, &small, NULL, 0, NULL,
+                                                    NULL);
+    th[r] = (cli_now_s() - h0) * 1e6;
+  }
+  if (e == CL_SUCCESS) e = clFinish(env->queue);
+  if (e != CL_SUCCESS) {
+    snprintf(err, errlen, "copy benchmark: enqueue timing failed: %d", e);
+    goto done;
+  }
+  *enqueue_us = median(th, HOST_CALLS);
   rc = CLI_OK;
 done:
   if (k) clReleaseKernel(k);
@@ -122,8 +145,12 @@ static const cli_bench_more *more_of(const cli_bench_case *c) {
 }
 
 /* One repetition of a case: flush (untimed), then its kernels between profile begin/end. */
-/* Host time of the last timed_run's op call (enqueueing only: the call does not wait). */
+/* Host time of the last timed_run's op call (enqueueing only: the call does not wait), and
+ * the time and name of each of its first EACH_MAX kernels. */
+#define EACH_MAX 8
 static double last_host_ns;
+static cl_ulong last_each_ns[EACH_MAX];
+static const char *last_names[EACH_MAX];
 
 static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, cl_mem flush,
                            size_t flush_bytes, unsigned rep, double *ns, unsigned *kernels) {
@@ -140,7 +167,7 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
   s = c->run(env, state);
   last_host_ns = (cli_now_s() - h0) * 1e9;
   cl_ulong t = 0;
-  ng_status s2 = ng_profile_end(&t, kernels);
+  ng_status s2 = ng_profile_end_each(&t, kernels, last_each_ns, last_names, EACH_MAX);
   if (s == NG_SUCCESS) s = s2;
   if (s == NG_SUCCESS && *kernels == 0) s = NG_ERR_INTERNAL; /* the op enqueued nothing */
   *ns = (double)t;
@@ -176,8 +203,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   }
   const cli_bench_case *c = &cases[which];
 
-  double copy_gbps = 0;
-  rc = measure_copy(env, dev.max_alloc, &copy_gbps, err, sizeof err);
+  double copy_gbps = 0, enqueue_us = 0;
+  rc = measure_copy(env, dev.max_alloc, &copy_gbps, &enqueue_us, err, sizeof err);
   if (rc) {
     op->bench_cleanup(state);
     return cli_error(rc, "bench: %s", err);
@@ -185,7 +212,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
 
   cl_mem flush = NULL;
   size_t flush_bytes = 0;
-  double *t = NULL, *ts = NULL, *th = NULL;
+  double *t = NULL, *ts = NULL, *th = NULL, *te = NULL;
   unsigned kernels = 0, sub_kernels = 0, reps = 0;
   static const cli_bench_more none_more;
   const cli_bench_more *more = more_of(c) ? more_of(c) : &none_more;
@@ -226,7 +253,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   t = malloc(reps * sizeof *t);
   ts = malloc(reps * sizeof *ts);
   th = malloc(reps * sizeof *th);
-  if (!t || !ts || !th) {
+  te = malloc((size_t)reps * EACH_MAX * sizeof *te);
+  if (!t || !ts || !th || !te) {
     rc = cli_error(CLI_DEVICE, "out of host memory");
     goto out;
   }
@@ -236,16 +264,32 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   for (unsigned r = 0; r < reps && s == NG_SUCCESS; r++) {
     s = timed_run(env, c, state, flush, flush_bytes, WARMUP + r, &t[r], &kernels);
     th[r] = last_host_ns;
+    for (unsigned x = 0; x < EACH_MAX; x++) te[(size_t)x * reps + r] = (double)last_each_ns[x];
     if (s == NG_SUCCESS && sub)
       s = timed_run(env, &subc, state, flush, flush_bytes, WARMUP + r, &ts[r], &sub_kernels);
     cli_progress_step(&pr, 1);
   }
   cli_progress_end(&pr);
   if (s != NG_SUCCESS) goto failed;
+  /* back-to-back calls (no events, no flush): the host cost a training loop sees */
+  double hs[HOST_CALLS];
+  s = clFinish(env->queue);
+  for (unsigned r = 0; r < HOST_CALLS && s == NG_SUCCESS; r++) {
+    const double h0 = cli_now_s();
+    s = c->run(env, state);
+    hs[r] = (cli_now_s() - h0) * 1e6;
+  }
+  if (s == NG_SUCCESS) s = clFinish(env->queue);
+  if (s != NG_SUCCESS) goto failed;
 
   {
     const double med_ns = median(t, reps), gbps = med_ns > 0 ? c->bytes / med_ns : 0;
     const double host_us = median(th, reps) * 1e-3;
+    const double stream_us = median(hs, HOST_CALLS);
+    const double lib_us = stream_us - kernels * enqueue_us;
+    const unsigned each = kernels < EACH_MAX ? kernels : EACH_MAX;
+    double each_ms[EACH_MAX];
+    for (unsigned x = 0; x < each; x++) each_ms[x] = median(te + (size_t)x * reps, reps) * 1e-6;
     const double ratio = copy_gbps > 0 ? gbps / copy_gbps : 0;
     const double sub_ns = sub ? median(ts, reps) : 0;
     const double tflops = more->flops > 0 && med_ns > 0 ? more->flops / med_ns * 1e-3 : 0;
@@ -268,6 +312,17 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       ok = ok && cJSON_AddNumberToObject(j, "reps", reps);
       ok = ok && cJSON_AddNumberToObject(j, "kernels", kernels);
       ok = ok && cJSON_AddNumberToObject(j, "host_us", host_us);
+      ok = ok && cJSON_AddNumberToObject(j, "host_stream_us", stream_us);
+      ok = ok && cJSON_AddNumberToObject(j, "enqueue_us", enqueue_us);
+      ok = ok && cJSON_AddNumberToObject(j, "host_lib_us", lib_us);
+      cJSON *ka = ok ? cJSON_AddArrayToObject(j, "each_kernel") : NULL;
+      ok = ok && ka;
+      for (unsigned x = 0; x < each && ok; x++) {
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(ka, e);
+        ok = ok && cJSON_AddStringToObject(e, "name", last_names[x] ? last_names[x] : "?");
+        ok = ok && cJSON_AddNumberToObject(e, "median_ms", each_ms[x]);
+      }
       ok = ok && cJSON_AddNumberToObject(j, "gbps", gbps);
       ok = ok && cJSON_AddNumberToObject(j, "copy_gbps", copy_gbps);
       ok = ok && cJSON_AddNumberToObject(j, "ratio", ratio);
@@ -307,7 +362,13 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       printf("  median     %.4f ms  (min %.4f, max %.4f; %u repetitions of %u kernel%s%s)\n",
              med_ns * 1e-6, t[0] * 1e-6, t[reps - 1] * 1e-6, reps, kernels,
              kernels == 1 ? "" : "s", flush ? ", caches flushed between" : "");
-      printf("  host       %.1f us per call (median; the call only enqueues)\n", host_us);
+      printf("  host       %.1f us per call back-to-back, %.1f us after an idle queue with profiling\n"
+             "             events (medians; the call only enqueues); the driver's bare launch takes\n"
+             "             %.1f us, so normgrad's own share is %.1f us over %u launch%s\n",
+             stream_us, host_us, enqueue_us, lib_us, kernels, kernels == 1 ? "" : "es");
+      for (unsigned x = 0; x < each && kernels > 1; x++)
+        printf("  kernel %u   %.4f ms  %s (median)\n", x + 1, each_ms[x],
+               last_names[x] ? last_names[x] : "?");
       printf("  moved      %.2f MB (every input read once, every output written once)\n",
              c->bytes / 1e6);
       printf("  bandwidth  %.2f GB/s = %.2f of copy (%.2f GB/s)\n", gbps, ratio, copy_gbps);
@@ -338,6 +399,7 @@ out:
   free(t);
   free(ts);
   free(th);
+  free(te);
   if (flush) clReleaseMemObject(flush);
   op->bench_cleanup(state);
   return rc;
