@@ -1,11 +1,16 @@
 /* Final pass of every parameter-gradient reduction: out[j] = Σ_g part[g·n + j] (+ out[j] when
  * accumulating into the caller's gradient). Built per W_DTYPE (the gradient's dtype).
  *
- * A work-group is RS row-slices × CW consecutive columns: slice s sums groups s, s+RS, … for its
- * column (coalesced across the CW lanes), then the RS slice sums are added in slice order. The
- * order is fixed, so the bits never change from run to run. RS = 1 on CPUs (one work-item per
- * column, vectorised across work-items); RS > 1 on GPUs, where n work-items alone would leave
- * the device idle while each walks all G rows. */
+ * CPU shape (RS = 1): one work-item per column, CW columns per group, each summing its column
+ * over the groups in order (PoCL vectorises across the work-items).
+ *
+ * GPU shape (RS > 1): a work-group of WGS = RS·CW work-items covers `cw` consecutive columns
+ * (a kernel argument, a power of two ≤ CW) with WGS / cw row slices. Slice s sums rows
+ * s, s + slices, … of its column, four loads in flight at a time (the sum itself stays in row
+ * order); then the slices' sums meet in a fixed tree. Narrow column blocks give a small n (dW of
+ * a 1024-wide row, PolyNorm's 3 weights) enough work-groups and short enough loops that the
+ * pass is not one long chain of dependent loads. The order depends only on (groups, n, cw),
+ * which the host derives from the shape and the device: the same bits on every run. */
 
 #define WT NG_STORE(W_DTYPE)
 #ifndef RS
@@ -14,26 +19,47 @@
 #ifndef CW
 #define CW 64
 #endif
+#define WGS (RS * CW)
 
-__kernel __attribute__((reqd_work_group_size(RS * CW, 1, 1))) void
+__kernel __attribute__((reqd_work_group_size(WGS, 1, 1))) void
 ng_reduce_partials(__global const float *part, ulong part_off, uint groups, uint n,
-                   __global WT *out, ulong out_off, int accumulate) {
-  const uint lid = get_local_id(0), col = lid % CW, slice = lid / CW;
-  const uint j = get_group_id(0) * CW + col;
+                   __global WT *out, ulong out_off, int accumulate, uint cw) {
+  const uint lid = get_local_id(0);
+  part += part_off;
+  out += out_off;
+#if RS == 1
+  (void)cw;
+  const uint j = get_group_id(0) * CW + lid;
+  if (j >= n) return;
   float s = 0.0f;
-  if (j < n)
-    for (uint g = slice; g < groups; g += RS) s += part[part_off + (ulong)g * n + j];
-#if RS > 1
-  __local float sums[RS * CW];
+  for (uint g = 0; g < groups; g++) s += part[(ulong)g * n + j];
+#else
+  __local float sums[WGS];
+  const uint slices = WGS / cw, col = lid % cw, slice = lid / cw;
+  const uint j = get_group_id(0) * cw + col;
+  float s = 0.0f;
+  if (j < n) {
+    __global const float *p = part + j;
+    uint g = slice;
+    for (; g + 3 * slices < groups; g += 4 * slices) {
+      const float a = p[(ulong)g * n], b = p[(ulong)(g + slices) * n];
+      const float c = p[(ulong)(g + 2 * slices) * n], d = p[(ulong)(g + 3 * slices) * n];
+      s += a;
+      s += b;
+      s += c;
+      s += d;
+    }
+    for (; g < groups; g += slices) s += p[(ulong)g * n];
+  }
   sums[lid] = s;
   barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint w = slices / 2; w > 0; w >>= 1) {
+    if (slice < w) sums[lid] += sums[lid + w * cw];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
   if (slice != 0 || j >= n) return;
-  s = 0.0f;
-  for (uint k = 0; k < RS; k++) s += sums[k * CW + col];
-#else
-  if (j >= n) return;
+  s = sums[col];
 #endif
-  out += out_off;
   if (accumulate) s = NG_LD1(W_DTYPE, out, j) + s;
   NG_ST1(W_DTYPE, out, j, s);
 }

@@ -284,7 +284,8 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
  *    resident and each work-item should hold as few of them as possible: one vector per
  *    work-item (REG = 1, the group as wide as the row) up to 512 vectors and about 1024
  *    work-items per compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
- *    group per unit; past 2048 vectors the row streams and dW goes through scratch rows. */
+ *    group per unit (two would not fit in the registers: the tuner measured 1.14-1.17x at
+ *    16384 from this alone); past 2048 vectors the work splits by columns (ng_col_split). */
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    int mode) {
   return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, mode);
@@ -350,8 +351,12 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     g = nv <= 512 && rows != SIZE_MAX ? rows
                                       : (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
   } else {
+    /* about 1024 resident row-vector slots per compute unit: a group of wg work-items holding
+     * reg vectors each counts wg·reg (with REG = 2 or 4 a second group would not fit beside the
+     * first in the register file, and would run as a second wave that the first waits for) */
     prefetch = true;
-    g = (size_t)d->compute_units * (in_regs && 1024 / wg > 1 ? 1024 / wg : 1);
+    const size_t slots = (size_t)l.wg * l.reg_cols;
+    g = (size_t)d->compute_units * (in_regs && 1024 / slots > 1 ? 1024 / slots : 1);
   }
   if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
