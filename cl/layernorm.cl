@@ -182,6 +182,17 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
         const uint i = lid + (uint)k * WG;
         xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
       }
+#if PREFETCH
+      /* the group's next row, so memory is busy through this row's two reductions */
+      if (r + get_num_groups(0) < rows) {
+        const ulong nx = (ulong)(r + get_num_groups(0)) * n;
+#pragma unroll
+        for (int k = 0; k < REG; k++) {
+          const uint i = lid + (uint)k * WG;
+          if (i < nv) NG_PREFETCH(x + nx + (ulong)i * VEC);
+        }
+      }
+#endif
 #pragma unroll
       for (int k = 0; k < REG; k++) acc += xs[k];
       const float mu = ng_wg_sum(ng_hsum(acc), red) / (float)n;
@@ -426,6 +437,14 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   }
 #else
   if (nv <= (uint)(WG * REG)) { /* the row (and its partials) fit in registers */
+#if REG == 1 && HAS_W
+    /* w read once (one slot per work-item leaves registers to spare for it) */
+    const floatV wc0 = lid < nv ? LDW(w, lid) : (floatV)(0.0f);
+#define GRAD_REG(d, i) ((d) * wc0)
+#else
+#define GRAD_REG(d, i) GRAD(d, i)
+#endif
+#define DX_REG(d, xh, i) ((GRAD_REG(d, i) - (xh) * c1 - c2) * rs)
 #if COMPUTE_DW
     floatV dwr[REG];
 #pragma unroll
@@ -448,12 +467,28 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
         dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
         xhs[k] = i < nv ? (LDX(xr, i) - mu) * rs : (floatV)(0.0f);
       }
+#if PREFETCH && !(COMPUTE_DW && COMPUTE_DB && REG >= 4)
+      /* (not with four vectors each of dy, xhat, dW and dB sums per work-item: measured slower
+       * on the H100 at N = 16384, where registers are already short; with one of the two sums
+       * frozen it gains) */
+      if (r + get_num_groups(0) < rows) {
+        const ulong nx = (ulong)(r + get_num_groups(0)) * n;
+#pragma unroll
+        for (int k = 0; k < REG; k++) {
+          const uint i = lid + (uint)k * WG;
+          if (i < nv) {
+            NG_PREFETCH(dy + nx + (ulong)i * VEC);
+            NG_PREFETCH(x + nx + (ulong)i * VEC);
+          }
+        }
+      }
+#endif
       accT a1 = 0.0f, a2 = 0.0f;
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          const floatV g = GRAD(dys[k], i);
+          const floatV g = GRAD_REG(dys[k], i);
           a1 = ACC_FMA(xhs[k], g, a1);
           a2 = ACC_ADD(a2, g);
         }
@@ -464,7 +499,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          STX(dxr, i, DX(dys[k], xhs[k], i));
+          STX(dxr, i, DX_REG(dys[k], xhs[k], i));
 #if COMPUTE_DW
           dwr[k] = fma(dys[k], xhs[k], dwr[k]);
 #endif
