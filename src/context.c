@@ -389,8 +389,10 @@ bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, si
   const size_t nv = n / l->vec, cover = (size_t)l->wg * l->reg_cols;
   if (l->wg == 1 || nv <= cover) return false;
   *nblocks = (nv + cover - 1) / cover;
-  /* about 1024 resident work-items per compute unit, as for the dW grid */
-  const size_t want = (size_t)ctx->info.compute_units * (1024 / l->wg ? 1024 / l->wg : 1);
+  /* about 1024 resident row-vector slots per compute unit, as for the dW grid (a group holds
+   * wg·reg of them) */
+  const size_t slots = (size_t)l->wg * l->reg_cols;
+  const size_t want = (size_t)ctx->info.compute_units * (1024 / slots ? 1024 / slots : 1);
   size_t g = (want + *nblocks - 1) / *nblocks;
   if (g > rows) g = rows;
   *rgroups = g ? g : 1;
