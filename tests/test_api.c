@@ -168,6 +168,35 @@ static void test_profile(void **state) {
   assert_int_equal(k, 3); /* forward, backward, dW reduction */
   assert_true(ns > 0);
   NG_EXPECT_STATUS(ng_profile_end(&ns, &k), NG_ERR_INVALID_VALUE);
+
+  /* each kernel's time and name, in enqueue order; the times add up to the total; a cap below
+   * the count fills only the first entries; either array may be NULL */
+  for (unsigned cap = 0; cap <= 4; cap++) {
+    NG_OK(ng_profile_begin());
+    NG_OK(ng_rmsnorm_forward(e->ctx, pq, &p, ng_tensor_of(x, 0, NG_F32),
+                             ng_tensor_of(w, 0, NG_F32), ng_tensor_of(y, 0, NG_F32),
+                             ng_tensor_of(r, 0, NG_F32), 0, NULL, NULL));
+    NG_OK(ng_rmsnorm_backward(e->ctx, pq, &p, ng_tensor_of(x, 0, NG_F32),
+                              ng_tensor_of(x, 0, NG_F32), ng_tensor_of(w, 0, NG_F32),
+                              ng_tensor_of(r, 0, NG_F32), ng_tensor_of(y, 0, NG_F32),
+                              ng_tensor_of(dw, 0, NG_F32), 0, ng_tensor_none(), 0, NULL, NULL));
+    cl_ulong each[4] = {~0ull, ~0ull, ~0ull, ~0ull};
+    const char *names[4] = {"unset", "unset", "unset", "unset"};
+    ns = 0, k = 0;
+    if (cap == 1) NG_OK(ng_profile_end_each(&ns, &k, NULL, names, cap));
+    else if (cap == 2) NG_OK(ng_profile_end_each(&ns, &k, each, NULL, cap));
+    else NG_OK(ng_profile_end_each(&ns, &k, each, names, cap));
+    assert_int_equal(k, 3);
+    static const char *const want[] = {"ng_rmsnorm_fwd", "ng_rmsnorm_bwd", "ng_reduce_partials"};
+    cl_ulong sum = 0;
+    for (unsigned i = 0; i < 4; i++) {
+      const bool filled = i < cap && i < k;
+      if (cap != 2) assert_string_equal(names[i], filled ? want[i] : "unset");
+      if (cap != 1) assert_true(filled ? each[i] <= ns : each[i] == ~0ull);
+      if (filled && cap != 1) sum += each[i];
+    }
+    if (cap >= 3) assert_true(sum == ns);
+  }
   clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(r), clReleaseMemObject(dw);
   clReleaseMemObject(w);
   clReleaseCommandQueue(pq);
