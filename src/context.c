@@ -269,6 +269,15 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
   return NG_SUCCESS;
 }
 
+/* Resident groups per compute unit for the dW grids: about 1024 row-vector slots per unit, a
+ * group of wg work-items holding reg vectors each counting wg·reg (with REG = 2 or 4 a second
+ * group would not fit beside the first in the register file, and would run as a second wave
+ * that the first waits for). At least one. */
+static size_t dw_groups_per_cu(size_t wg, size_t reg) {
+  const size_t slots = wg * reg;
+  return 1024 / slots > 1 ? 1024 / slots : 1;
+}
+
 /* Row kernels: GPU-shaped (a work-group per row, local-memory reduction) on GPUs and
  * accelerators; CPU-shaped (one work-item per row, no barriers) on CPUs, where PoCL turns
  * work-groups into loops and barriers into spills (PERF-NOTES).
@@ -351,12 +360,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     g = nv <= 512 && rows != SIZE_MAX ? rows
                                       : (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
   } else {
-    /* about 1024 resident row-vector slots per compute unit: a group of wg work-items holding
-     * reg vectors each counts wg·reg (with REG = 2 or 4 a second group would not fit beside the
-     * first in the register file, and would run as a second wave that the first waits for) */
     prefetch = true;
-    const size_t slots = (size_t)l.wg * l.reg_cols;
-    g = (size_t)d->compute_units * (in_regs && 1024 / slots > 1 ? 1024 / slots : 1);
+    g = (size_t)d->compute_units * (in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1);
   }
   if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
@@ -389,10 +394,7 @@ bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, si
   const size_t nv = n / l->vec, cover = (size_t)l->wg * l->reg_cols;
   if (l->wg == 1 || nv <= cover) return false;
   *nblocks = (nv + cover - 1) / cover;
-  /* about 1024 resident row-vector slots per compute unit, as for the dW grid (a group holds
-   * wg·reg of them) */
-  const size_t slots = (size_t)l->wg * l->reg_cols;
-  const size_t want = (size_t)ctx->info.compute_units * (1024 / slots ? 1024 / slots : 1);
+  const size_t want = (size_t)ctx->info.compute_units * dw_groups_per_cu(l->wg, l->reg_cols);
   size_t g = (want + *nblocks - 1) / *nblocks;
   if (g > rows) g = rows;
   *rgroups = g ? g : 1;

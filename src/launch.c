@@ -35,29 +35,26 @@ static bool profile_room(void) {
   return true;
 }
 
-void ng_profile_record(cl_event ev, const char *name) {
-  if (!prof.active || !ev) return;
+/* One entry, timed to the end of `to` from its start, or from the end of `from` if given. The
+ * events stay in their own array: clWaitForEvents takes them as one list. */
+static void profile_push(cl_event to, cl_event from, const char *name) {
   if (!profile_room()) {
     prof.overflow = true;
     return;
   }
-  clRetainEvent(ev);
-  prof.from[prof.count] = NULL;
-  prof.name[prof.count] = name;
-  prof.ev[prof.count++] = ev;
-}
-
-void ng_profile_record_span(cl_event from, cl_event to, const char *name) {
-  if (!prof.active || !from || !to) return;
-  if (!profile_room()) {
-    prof.overflow = true;
-    return;
-  }
-  clRetainEvent(from);
   clRetainEvent(to);
+  if (from) clRetainEvent(from);
   prof.from[prof.count] = from;
   prof.name[prof.count] = name;
   prof.ev[prof.count++] = to;
+}
+
+void ng_profile_record(cl_event ev, const char *name) {
+  if (prof.active && ev) profile_push(ev, NULL, name);
+}
+
+void ng_profile_record_span(cl_event from, cl_event to, const char *name) {
+  if (prof.active && from && to) profile_push(to, from, name);
 }
 
 static void profile_release_all(void) {
