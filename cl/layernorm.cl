@@ -103,8 +103,7 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
   (void)lid;
   (void)red;
   NG_ROW_BLOCK(r0, r1, rows);
-  const uint nc = nv / NG_CH;
-  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  NG_CHUNKS(nc, tail, nv);
   /* A row whose mean is finite has no NaN or Inf x; with every w and b finite it has no NaN
    * input, and it is stored with the rounding without the NaN test (same bits, ng_common.clh). */
   bool wb_ok = true;
@@ -269,9 +268,10 @@ inline float2 ln_wg_sum2(float2 v, __local float2 *buf) {
 #else
 #define GRAD(d, i) (d)
 #endif
-/* dx from dy (d), xhat (xh) and the row's c1, c2, rstd: one expression for every path and
+/* dx from g = w·dy (DX_OF; DX from dy d), xhat (xh) and the row's c1, c2, rstd: one expression for every path and
  * every frozen variant, so dx has the same bits whatever is frozen. */
-#define DX(d, xh, i) ((GRAD(d, i) - (xh) * c1 - c2) * rs)
+#define DX_OF(g, xh) (((g) - (xh) * c1 - c2) * rs)
+#define DX(d, xh, i) DX_OF(GRAD(d, i), xh)
 
 /* The backward's row sums. CPU shape: 8 lanes of partial sums, which LLVM keeps in one SIMD
  * register. GPU shape: one scalar per work-item (each holds only REG vectors of a row), which
@@ -323,7 +323,7 @@ typedef float accT;
     for (uint j = 0; j < nc; j++) {                                                                  \
       if (PIPE) LN_SUMSC(j);                                                                         \
       const floatC d = NG_LDC(DTYPE, dyr, j), xh = (NG_LDC(DTYPE, xr, j) - mu) * rs;                 \
-      STC_(DTYPE, dxr, j, (GRADC(d, j) - xh * c1 - c2) * rs);                                        \
+      STC_(DTYPE, dxr, j, DX_OF(GRADC(d, j), xh));                                                   \
       LN_DW_CPU(j, d, xh);                                                                           \
       LN_DB_CPU(j, d);                                                                               \
     }                                                                                                \
@@ -385,8 +385,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   (void)lid;
   (void)red;
   NG_ROW_BLOCK(r0, r1, rows);
-  const uint nc = nv / NG_CH;
-  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  NG_CHUNKS(nc, tail, nv);
 #if COMPUTE_DW
   for (uint j = 0; j < nc; j++) NG_STC(NG_F32, pw, j, (floatC)(0.0f));
   if (tail) NG_STV(NG_F32, pw, nv - 1, (floatV)(0.0f));
@@ -444,7 +443,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 #else
 #define GRAD_REG(d, i) GRAD(d, i)
 #endif
-#define DX_REG(d, xh, i) ((GRAD_REG(d, i) - (xh) * c1 - c2) * rs)
+#define DX_REG(d, xh, i) DX_OF(GRAD_REG(d, i), xh)
 #if COMPUTE_DW
     floatV dwr[REG];
 #pragma unroll

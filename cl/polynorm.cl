@@ -52,8 +52,8 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
 #endif
 
 #if !BWD
-/* CPU shape: a chunk's (or the tail vector's) share of the three row sums, in the forward's
- * order: Σx², Σx⁴, Σx⁶ (a chunk feeds its low half, then its high half). */
+/* One vector's share of the three row sums, in the forward's order: Σx², Σx⁴, Σx⁶ (on CPUs a
+ * chunk feeds its low half, then its high half). Both shapes. */
 #define PN_SUMS1(val)                                                                                \
   do {                                                                                               \
     const floatV v_ = (val), v2_ = v_ * v_, v3_ = v2_ * v_;                                          \
@@ -61,14 +61,27 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
     a2 = fma(v2_, v2_, a2);                                                                          \
     a3 = fma(v3_, v3_, a3);                                                                          \
   } while (0)
+/* y of x v (a vector or a chunk; v a plain variable: it is named five times) with the row's k3,
+ * k2, k1 and the bias bb, the one expression of every path */
+#define PN_Y(v) (((k3 * (((v) * (v)) * (v)) + k2 * ((v) * (v))) + k1 * (v)) + bb)
+/* GPU shape: the row's three sums over the work-group, its rstds (stored), and k3, k2, k1 */
+#define PN_GPU_ROW_STATS()                                                                           \
+  const float4 s_ = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);       \
+  const float r1 = rsqrt(s_.x / (float)n + eps), r2 = rsqrt(s_.y / (float)n + eps);                \
+  const float r3 = rsqrt(s_.z / (float)n + eps);                                                     \
+  if (lid == 0) {                                                                                    \
+    rstd[(ulong)r * 3] = r3;                                                                         \
+    rstd[(ulong)r * 3 + 1] = r2;                                                                     \
+    rstd[(ulong)r * 3 + 2] = r1;                                                                     \
+  }                                                                                                  \
+  const float k3 = w0 * r3, k2 = w1 * r2, k1 = w2 * r1
 /* the chunk loop over row r (xr → yr) of the forward, with PIPE also the sums of row r+1 (xn) */
 #define PN_CPU_LOOP(PIPE, STC_)                                                                      \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
       if (PIPE) PN_SUMS(NG_LDC(DTYPE, xn, j));                                                       \
       const floatC v = NG_LDC(DTYPE, xr, j);                                                         \
-      const floatC v2 = v * v, v3 = v2 * v;                                                          \
-      STC_(DTYPE, yr, j, ((k3 * v3 + k2 * v2) + k1 * v) + bb);                                       \
+      STC_(DTYPE, yr, j, PN_Y(v));                                                                   \
     }                                                                                                \
   } while (0)
 #if NG_CH == 2
@@ -103,8 +116,7 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
   (void)lid;
   (void)red4;
   NG_ROW_BLOCK(r0, r1, rows);
-  const uint nc = nv / NG_CH;
-  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  NG_CHUNKS(nc, tail, nv);
   floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
   if (r0 < r1) {
     __global const XT *xn = x + (ulong)r0 * n;
@@ -135,8 +147,7 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
     if (tail) {
       if (next) PN_SUMS1(LDX(xn, nv - 1));
       const floatV v = LDX(xr, nv - 1);
-      const floatV v2 = v * v, v3 = v2 * v;
-      STX(yr, nv - 1, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
+      STX(yr, nv - 1, PN_Y(v));
     }
   }
 #else
@@ -155,56 +166,22 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
       PN_PREFETCH_NEXT(x);
 #pragma unroll
       for (int k = 0; k < PN_REG; k++) {
-        if (lid + (uint)k * WG < nv) {
-          const floatV v = xs[k], v2 = v * v, v3 = v2 * v;
-          a1 += v2;
-          a2 = fma(v2, v2, a2);
-          a3 = fma(v3, v3, a3);
-        }
+        if (lid + (uint)k * WG < nv) PN_SUMS1(xs[k]);
       }
-      const float nf = (float)n;
-      const float4 s = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
-      const float r1 = rsqrt(s.x / nf + eps), r2 = rsqrt(s.y / nf + eps);
-      const float r3 = rsqrt(s.z / nf + eps);
-      if (lid == 0) {
-        rstd[(ulong)r * 3] = r3;
-        rstd[(ulong)r * 3 + 1] = r2;
-        rstd[(ulong)r * 3 + 2] = r1;
-      }
-      const float k3 = w0 * r3, k2 = w1 * r2, k1 = w2 * r1;
+      PN_GPU_ROW_STATS();
 #pragma unroll
       for (int k = 0; k < PN_REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) {
-          const floatV v = xs[k], v2 = v * v, v3 = v2 * v;
-          STX(yr, i, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
-        }
+        if (i < nv) STX(yr, i, PN_Y(xs[k]));
       }
       continue;
     }
     PN_PREFETCH_NEXT(x);
+    for (uint i = lid; i < nv; i += WG) PN_SUMS1(LDX(xr, i));
+    PN_GPU_ROW_STATS();
     for (uint i = lid; i < nv; i += WG) {
       const floatV v = LDX(xr, i);
-      const floatV v2 = v * v, v3 = v2 * v;
-      a1 += v2;
-      a2 = fma(v2, v2, a2);
-      a3 = fma(v3, v3, a3);
-    }
-    const float nf = (float)n;
-    const float4 s = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
-    const float r1 = rsqrt(s.x / nf + eps);
-    const float r2 = rsqrt(s.y / nf + eps);
-    const float r3 = rsqrt(s.z / nf + eps);
-    if (lid == 0) {
-      rstd[(ulong)r * 3] = r3;
-      rstd[(ulong)r * 3 + 1] = r2;
-      rstd[(ulong)r * 3 + 2] = r1;
-    }
-    const float k3 = w0 * r3, k2 = w1 * r2, k1 = w2 * r1;
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV v = LDX(xr, i);
-      const floatV v2 = v * v, v3 = v2 * v;
-      STX(yr, i, ((k3 * v3 + k2 * v2) + k1 * v) + bb);
+      STX(yr, i, PN_Y(v));
     }
   }
 #endif
@@ -304,8 +281,7 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
    * is NaN: a NaN made from 16-bit inputs has a zero low half, on which both roundings agree. */
   (void)red4;
   NG_ROW_BLOCK(rb0, rb1, rows); /* r1..r3 name the rstds */
-  const uint nc = nv / NG_CH;
-  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  NG_CHUNKS(nc, tail, nv);
   const bool w_ok = !isnan(w0) && !isnan(w1) && !isnan(w2);
   floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f), ad = (floatV)(0.0f);
   if (rb0 < rb1) {

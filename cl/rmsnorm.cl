@@ -118,8 +118,7 @@ RMS_FWD(__global const XT *x, ulong x_off,
   (void)lid;
   (void)red;
   NG_ROW_BLOCK(r0, r1, rows);
-  const uint nc = nv / NG_CH;
-  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  NG_CHUNKS(nc, tail, nv);
   /* A row whose rstd is finite and > 0 has only finite x (a non-finite x makes the sum of
    * squares Inf or NaN); if also every w' (as rms_out uses it) is finite, the row has no NaN
    * input and takes the rounding without the NaN test (same bits, ng_common.clh). */
@@ -278,6 +277,11 @@ inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global
 #define DX_OUT(i, v) (v)
 #define DX_OUTC(j, v) (v)
 #endif
+/* dx before ds_out from dy d, w' wp and x xv, with the row's rstd rs and c; and x̂ as dW takes it
+ * (rounded to the dtype in the llama mode; RD_ is NG_RDC for chunks, NG_RDV for vectors). One
+ * expression for every path, so dx and dW have the same bits whichever runs. */
+#define RMS_DX(d, wp, xv) (rs * ((d) * (wp)) - c * (xv))
+#define RMS_XH(RD_, xv) (mode == NG_CAST_LLAMA ? RD_(DTYPE, (xv) * rs) : (xv) * rs)
 
 /* CPU shape, chunk j: rms_row_dot's sum step for the row at dyn/xn, and the loop over one row's
  * chunks that writes dx (rounding with RDC_ / storing with STC_), adds to the dW partial row and,
@@ -285,11 +289,7 @@ inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global
 #define RMS_DOTC(acc, j) ng_fmac(NG_LDC(DTYPE, dyn, j) * WPRIMEC(j), NG_LDC(DTYPE, xn, j), acc)
 #if COMPUTE_DW
 #define RMS_DW_CPU(j, d, xv, RDC_)                                                                   \
-  do {                                                                                               \
-    floatC xh = (xv) * rs;                                                                           \
-    if (mode == NG_CAST_LLAMA) xh = RDC_(DTYPE, xh);                                                 \
-    NG_STC(NG_F32, prow, j, fma(d, xh, NG_LDC(NG_F32, prow, j)));                                    \
-  } while (0)
+  NG_STC(NG_F32, prow, j, fma(d, RMS_XH(RDC_, xv), NG_LDC(NG_F32, prow, j)))
 #else
 #define RMS_DW_CPU(j, d, xv, RDC_) ((void)0)
 #endif
@@ -298,7 +298,7 @@ inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global
     for (uint j = 0; j < nc; j++) {                                                                  \
       if (PIPE) acc = RMS_DOTC(acc, j);                                                              \
       const floatC d = NG_LDC(DTYPE, dyr, j), xv = NG_LDC(DTYPE, xr, j);                             \
-      STC_(DTYPE, dxr, j, DX_OUTC(j, rs * (d * WPRIMEC(j)) - c * xv));                               \
+      STC_(DTYPE, dxr, j, DX_OUTC(j, RMS_DX(d, WPRIMEC(j), xv)));                                    \
       RMS_DW_CPU(j, d, xv, RDC_);                                                                    \
     }                                                                                                \
   } while (0)
@@ -339,8 +339,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   (void)lid;
   (void)red;
   NG_ROW_BLOCK(r0, r1, rows);
-  const uint nc = nv / NG_CH;
-  const bool tail = nc * NG_CH < nv; /* one floatV left at nv - 1 */
+  NG_CHUNKS(nc, tail, nv);
 #if COMPUTE_DW
   __global float *prow = part + part_off + (ulong)get_group_id(0) * n;
   for (uint j = 0; j < nc; j++) NG_STC(NG_F32, prow, j, (floatC)(0.0f));
@@ -383,11 +382,9 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       const uint i = nv - 1;
       if (next) acc = fma(LDX(dyn, i) * WPRIME(w, i, offset), LDX(xn, i), acc);
       const floatV d = LDX(dyr, i), xv = LDX(xr, i);
-      STX(dxr, i, DX_OUT(i, rs * (d * WPRIME(w, i, offset)) - c * xv));
+      STX(dxr, i, DX_OUT(i, RMS_DX(d, WPRIME(w, i, offset), xv)));
 #if COMPUTE_DW
-      floatV xh = xv * rs;
-      if (mode == NG_CAST_LLAMA) xh = RDX(xh);
-      NG_STV(NG_F32, prow, i, fma(d, xh, NG_LDV(NG_F32, prow, i)));
+      NG_STV(NG_F32, prow, i, fma(d, RMS_XH(NG_RDV, xv), NG_LDV(NG_F32, prow, i)));
 #endif
     }
   }
@@ -448,11 +445,9 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          STX(dxr, i, DX_OUT(i, rs * (dys[k] * WP_REG(k, i)) - c * xs[k]));
+          STX(dxr, i, DX_OUT(i, RMS_DX(dys[k], WP_REG(k, i), xs[k])));
 #if COMPUTE_DW
-          floatV xh = xs[k] * rs;
-          if (mode == NG_CAST_LLAMA) xh = RDX(xh);
-          dwr[k] = fma(dys[k], xh, dwr[k]);
+          dwr[k] = fma(dys[k], RMS_XH(NG_RDV, xs[k]), dwr[k]);
 #endif
         }
       }
@@ -462,11 +457,9 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     const float c = (rs * rs * rs) * (dot / (float)n);
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), xv = LDX(xr, i);
-      STX(dxr, i, DX_OUT(i, rs * (d * WPRIME(w, i, offset)) - c * xv));
+      STX(dxr, i, DX_OUT(i, RMS_DX(d, WPRIME(w, i, offset), xv)));
 #if COMPUTE_DW
-      floatV xh = xv * rs;
-      if (mode == NG_CAST_LLAMA) xh = RDX(xh);
-      NG_STV(NG_F32, prow, i, fma(d, xh, NG_LDV(NG_F32, prow, i)));
+      NG_STV(NG_F32, prow, i, fma(d, RMS_XH(NG_RDV, xv), NG_LDV(NG_F32, prow, i)));
 #endif
     }
   }
@@ -556,10 +549,8 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       const uint i = blk * (WG * REG) + (uint)k * WG + lid;
       if (i < nv) {
         const floatV d = LDX(dyr, i), xv = LDX(xr, i);
-        STX(dxr, i, DX_OUT(i, rs * (d * wc[k]) - c * xv));
-        floatV xh = xv * rs;
-        if (mode == NG_CAST_LLAMA) xh = RDX(xh);
-        dwr[k] = fma(d, xh, dwr[k]);
+        STX(dxr, i, DX_OUT(i, RMS_DX(d, wc[k], xv)));
+        dwr[k] = fma(d, RMS_XH(NG_RDV, xv), dwr[k]);
       }
     }
   }
