@@ -150,6 +150,116 @@ inline gn_st gn_range_stats(__global const XT *x, uint nv, __local uint *ln, __l
   return gn_wg_merge(run, ln, lh, ll, lm);
 }
 
+#if WG == 1
+/* ---- CPU statistics: per lane ------------------------------------------------------------------
+ * gn_range_stats merges a scalar (count, sum, M2) every chunk of CHV vectors: two horizontal sums
+ * and three divisions in one dependent chain, which bounds a CPU core well below its memory
+ * bandwidth. Here each lane of a floatC keeps statistics of its own: chunks of GN_K values per
+ * lane (an exact two-pass over GN_K registers, whose mean is a multiplication by the exact
+ * 1/GN_K) merge into the lane's running (sum hi + lo, M2) with the same formulas as gn_merge, in
+ * vector instructions; all lanes hold the same count, so the merge weights are scalars. The lanes
+ * meet once per range, in a fixed order, and the vectors after the last whole chunk go through
+ * gn_range_stats. */
+#define GN_K 8
+#define GN_L (NG_CH * VEC) /* lanes per floatC */
+
+/* One chunk of GN_K floatC per lane into the running lane statistics (na values per lane). */
+inline void gn_lanes_add(floatC *hi, floatC *lo, floatC *m2, float *na, const floatC *v) {
+  const floatC sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  const floatC cm = sum * (1.0f / GN_K);
+  floatC cm2 = (floatC)(0.0f);
+#pragma unroll
+  for (int q = 0; q < GN_K; q++) {
+    const floatC d = v[q] - cm;
+    cm2 = fma(d, d, cm2);
+  }
+  if (*na == 0.0f) {
+    *hi = sum, *lo = (floatC)(0.0f), *m2 = cm2;
+  } else {
+    const float nn = *na + GN_K;
+    const floatC d = cm - (*hi + *lo) / *na;
+    *m2 = *m2 + cm2 + d * d * (*na * (GN_K / nn));
+    const floatC t = *hi + sum, bv = t - *hi;
+    *lo = *lo + ((*hi - (t - bv)) + (sum - bv));
+    *hi = t;
+  }
+  *na += GN_K;
+}
+
+/* The lanes merged in a fixed tree. */
+inline gn_st gn_lanes_done(floatC hi, floatC lo, floatC m2, float na) {
+  if (na == 0.0f) return (gn_st){0u, 0.0f, 0.0f, 0.0f};
+  float fh[GN_L], fl[GN_L], fm[GN_L];
+#if GN_L == 16
+  vstore16(hi, 0, fh), vstore16(lo, 0, fl), vstore16(m2, 0, fm);
+#elif GN_L == 8
+  vstore8(hi, 0, fh), vstore8(lo, 0, fl), vstore8(m2, 0, fm);
+#else
+  fh[0] = hi, fl[0] = lo, fm[0] = m2;
+#endif
+  gn_st ln[GN_L];
+#pragma unroll
+  for (int l = 0; l < GN_L; l++) ln[l] = (gn_st){(uint)na, fh[l], fl[l], fm[l]};
+#pragma unroll
+  for (int w = GN_L / 2; w > 0; w >>= 1)
+#pragma unroll
+    for (int l = 0; l < w; l++) ln[l] = gn_merge(ln[l], ln[l + w]);
+  return ln[0];
+}
+
+/* Statistics of x[0 .. nv·VEC): whole chunks per lane, the rest through gn_range_stats. */
+inline gn_st gn_range_stats_lanes(__global const XT *x, uint nv) {
+  const uint full = nv / (GN_K * NG_CH);
+  floatC hi = (floatC)(0.0f), lo = (floatC)(0.0f), m2 = (floatC)(0.0f);
+  float na = 0.0f; /* values per lane so far: exact below 2^24 */
+  for (uint k = 0; k < full; k++) {
+    floatC v[GN_K];
+#pragma unroll
+    for (int q = 0; q < GN_K; q++) v[q] = NG_LDC(DTYPE, x, k * GN_K + q);
+    gn_lanes_add(&hi, &lo, &m2, &na, v);
+  }
+  gn_st run = gn_lanes_done(hi, lo, m2, na);
+  const uint done = full * GN_K * NG_CH;
+  if (done < nv) run = gn_merge(run, gn_range_stats(x + (ulong)done * VEC, nv - done, 0, 0, 0, 0));
+  return run;
+}
+
+/* Pipelined forward step: y of the block at xc (its channels' chunks cpc at a time, starting at
+ * channel ch) while the statistics of the next block, at xn, are formed in the same walk: the
+ * apply works from cache while the memory system streams the next block in. Needs whole chunks
+ * per channel (S a multiple of NG_CH·VEC). Returns the next block's statistics, the same values
+ * gn_range_stats_lanes gives. */
+inline gn_st gn_apply_next(__global const XT *xc, __global XT *yc, __global const XT *xn, uint nch,
+                           uint cpc, uint ch, float mean, float rs, __global const uchar *w,
+                           ulong w_off, __global const uchar *b, ulong b_off, int pdt, int has_w,
+                           int has_b) {
+  const uint nv = nch * cpc * NG_CH, nc = nch * cpc;
+  const uint full = nv / (GN_K * NG_CH);
+  floatC hi = (floatC)(0.0f), lo = (floatC)(0.0f), m2 = (floatC)(0.0f);
+  float na = 0.0f;
+  uint rem = 0; /* chunks left in channel ch − 1 */
+  float wc = 0.0f, bc = 0.0f;
+  bool fast = false;
+  ch--; /* the first chunk moves to the block's first channel */
+#define GN_APPLY_CHUNK(j)                                                                              do {                                                                                                   if (rem == 0) {                                                                                        ch++;                                                                                                rem = cpc;                                                                                           wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;                                                 bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;                                                 fast = !isnan(wc) && !isnan(bc) && !isnan(mean) && !isnan(rs);                                    }                                                                                                    rem--;                                                                                               const floatC y_ = (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc;                                      if (fast)                                                                                              NG_STCF(DTYPE, yc, j, y_);                                                                         else                                                                                                   NG_STC(DTYPE, yc, j, y_);                                                                        } while (0)
+  for (uint k = 0; k < full; k++) {
+    floatC v[GN_K];
+#pragma unroll
+    for (int q = 0; q < GN_K; q++) {
+      v[q] = NG_LDC(DTYPE, xn, k * GN_K + q);
+      GN_APPLY_CHUNK(k * GN_K + q);
+    }
+    gn_lanes_add(&hi, &lo, &m2, &na, v);
+  }
+  for (uint j = full * GN_K; j < nc; j++) GN_APPLY_CHUNK(j);
+#undef GN_APPLY_CHUNK
+  gn_st run = gn_lanes_done(hi, lo, m2, na);
+  const uint done = full * GN_K * NG_CH;
+  if (done < nv) run = gn_merge(run, gn_range_stats(xn + (ulong)done * VEC, nv - done, 0, 0, 0, 0));
+  return run;
+}
+#endif
+
 /* ---- units ----------------------------------------------------------------------------------- */
 typedef struct gn_unit {
   uint blk;   /* b·G + g */
@@ -196,6 +306,16 @@ inline void gn_apply(__global const XT *x, __global XT *y, gn_unit t, uint first
     const float bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;
     __global const XT *xc = x + t.start + (ulong)c * S;
     __global XT *yc = y + t.start + (ulong)c * S;
+#if WG == 1
+    /* 16-wide chunks; the fast rounding unless an f32 operand is NaN (see ng_common.clh) */
+    NG_CHUNKS(nc, tail, lv);
+    if (!isnan(wc) && !isnan(bc) && !isnan(mean) && !isnan(rs))
+      for (uint j = 0; j < nc; j++) NG_STCF(DTYPE, yc, j, (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc);
+    else
+      for (uint j = 0; j < nc; j++) NG_STC(DTYPE, yc, j, (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc);
+    if (tail) STX(yc, lv - 1, (LDX(xc, lv - 1) - mean) * rs * wc + bc);
+    continue;
+#endif
     for (uint i = lid; i < lv; i += WG) {
       const floatV xh = (LDX(xc, i) - mean) * rs;
       STX(yc, i, xh * wc + bc);
@@ -220,9 +340,37 @@ ng_groupnorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulo
   mean += mean_off;
   rstd += rstd_off;
   part += part_off;
+#if WG == 1
+  if (!split) { /* CPU, one unit per block: a contiguous run of blocks, pipelined */
+    NG_ROW_BLOCK(u0, u1, units);
+    const uint cw = NG_CH * VEC, n = Cg * S;
+    gn_st st = u0 < u1 ? gn_range_stats_lanes(x + (ulong)u0 * n, n / VEC) : (gn_st){0u, 0.0f, 0.0f, 0.0f};
+    for (uint blk = u0; blk < u1; blk++) {
+      const float nf = (float)st.n;
+      const float mu = (st.hi + st.lo) / nf;
+      const float rs = rsqrt(st.m2 / nf + eps);
+      mean[blk] = mu;
+      rstd[blk] = rs;
+      const ulong o = (ulong)blk * n;
+      if (blk + 1 < u1 && S % cw == 0) {
+        st = gn_apply_next(x + o, y + o, x + o + n, Cg, S / cw, (blk % G) * Cg, mu, rs, w, w_off,
+                           b, b_off, pdt, has_w, has_b);
+      } else {
+        const gn_unit t = gn_decode(blk, 1, Cg, S, Cg, 1, S);
+        gn_apply(x, y, t, (blk % G) * Cg, S, mu, rs, w, w_off, b, b_off, pdt, has_w, has_b);
+        if (blk + 1 < u1) st = gn_range_stats_lanes(x + o + n, n / VEC);
+      }
+    }
+    return;
+  }
+#endif
   for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+#if WG == 1
+    const gn_st st = gn_range_stats_lanes(x + t.start, t.nch * t.len / VEC);
+#else
     const gn_st st = gn_range_stats(x + t.start, t.nch * t.len / VEC, ln, lh, ll, lm);
+#endif
     if (split) {
       if (lid == 0) {
         __global float *pp = part + (ulong)ug * 4;
@@ -304,6 +452,83 @@ inline void gn_dx(__global const XT *dy, __global const XT *x, __global XT *dx, 
   }
 }
 
+#if WG == 1
+inline float gn_hsumc(floatC v) {
+#if NG_CH == 2
+  return ng_hsum(v.lo + v.hi);
+#else
+  return ng_hsum(v);
+#endif
+}
+
+/* CPU walk over the channels of one block: with SUMS, the sums of block `blk` (Σ g·xhat and Σ g
+ * into *s1, *s2; each channel's dW / dB partial to dwp / dbp); with DX, dx of block `pb` (its
+ * statistics pmu, prs and coefficients c1, c2) in the same walk, so that dx is formed from cache
+ * while the next block streams in. The sums are the same bits with or without DX. Chunks of
+ * NG_CH vectors, one floatV at the end of an odd channel. */
+#define GN_BWD_SUMS(ld, T, d_, x_, a1, a2, sw, sb)                                                     do {                                                                                                   const T d = (d_), xh = ((x_) - mu) * rs, g = d * wc;                                                 a1 = fma(g, xh, a1);                                                                                 a2 += g;                                                                                             GN_IF_DW(sw = fma(d, xh, sw));                                                                       GN_IF_DB(sb += d);                                                                                 } while (0)
+#if COMPUTE_DW
+#define GN_IF_DW(e) e
+#else
+#define GN_IF_DW(e) ((void)0)
+#endif
+#if COMPUTE_DB
+#define GN_IF_DB(e) e
+#else
+#define GN_IF_DB(e) ((void)0)
+#endif
+#define GN_DX_OF(d, x) ((((d) * pwc - (((x) - pmu) * prs) * c1) - c2) * prs)
+#define GN_BWD_WALK(DO_SUMS, DO_DX, STC)                                                               for (uint j = 0; j < nc; j++) {                                                                        if (DO_DX) STC(DTYPE, pdx, j, GN_DX_OF(NG_LDC(DTYPE, pdy, j), NG_LDC(DTYPE, px, j)));                if (DO_SUMS)                                                                                           GN_BWD_SUMS(NG_LDC, floatC, NG_LDC(DTYPE, cdy, j), NG_LDC(DTYPE, cx, j), a1, a2, sw, sb);        }
+inline void gn_bwd_walk(__global const XT *dy, __global const XT *x, __global XT *dx,
+                        __global const uchar *w, ulong w_off, int pdt, int has_w, uint G, uint Cg,
+                        uint S, int do_sums, uint blk, float mu, float rs, float *s1, float *s2,
+                        __global float *dwp, __global float *dbp, int do_dx, uint pb, float pmu,
+                        float prs, float c1, float c2) {
+  const uint lv = S / VEC, C = G * Cg;
+  NG_CHUNKS(nc, tail, lv);
+  floatC a1 = (floatC)(0.0f), a2 = (floatC)(0.0f);
+  const ulong prow = (ulong)(blk / G) * C; /* partial row of this batch (P = 1) */
+  for (uint c = 0; c < Cg; c++) {
+    const float wc = has_w ? gn_ld_param(w, w_off + (blk % G) * Cg + c, pdt) : 1.0f;
+    const float pwc = has_w ? gn_ld_param(w, w_off + (pb % G) * Cg + c, pdt) : 1.0f;
+    const ulong co = (ulong)blk * Cg * S + (ulong)c * S, po = (ulong)pb * Cg * S + (ulong)c * S;
+    __global const XT *cdy = dy + co, *cx = x + co, *pdy = dy + po, *px = x + po;
+    __global XT *pdx = dx + po;
+    floatC sw = (floatC)(0.0f), sb = (floatC)(0.0f);
+    const bool fast = !isnan(pwc) && !isnan(pmu) && !isnan(prs) && !isnan(c1) && !isnan(c2);
+    if (do_sums && do_dx && fast) {
+      GN_BWD_WALK(1, 1, NG_STCF)
+    } else if (do_sums && do_dx) {
+      GN_BWD_WALK(1, 1, NG_STC)
+    } else if (do_sums) {
+      GN_BWD_WALK(1, 0, NG_STC)
+    } else if (fast) {
+      GN_BWD_WALK(0, 1, NG_STCF)
+    } else {
+      GN_BWD_WALK(0, 1, NG_STC)
+    }
+    if (tail) { /* the channel's last vector: into the low half of the chunk accumulators */
+      const uint i = lv - 1;
+      if (do_dx) STX(pdx, i, GN_DX_OF(LDX(pdy, i), LDX(px, i)));
+      if (do_sums) {
+#if NG_CH == 2
+        GN_BWD_SUMS(LDX, floatV, LDX(cdy, i), LDX(cx, i), a1.lo, a2.lo, sw.lo, sb.lo);
+#else
+        GN_BWD_SUMS(LDX, floatV, LDX(cdy, i), LDX(cx, i), a1, a2, sw, sb);
+#endif
+      }
+    }
+    if (do_sums) {
+      GN_IF_DW(dwp[prow + (blk % G) * Cg + c] = gn_hsumc(sw));
+      GN_IF_DB(dbp[prow + (blk % G) * Cg + c] = gn_hsumc(sb));
+    }
+  }
+  *s1 = gn_hsumc(a1);
+  *s2 = gn_hsumc(a2);
+}
+#undef GN_BWD_WALK
+#endif
+
 /* split = 0: U = 1, sums then dx in one pass over each block.
  * split = 1: the unit's (Σ xhat·g, Σ g) to part[2·unit …]; ng_groupnorm_bwd_dx finishes. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -333,6 +558,24 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   (void)dbp, (void)dbp_off;
 #endif
   const uint C = G * Cg;
+#if WG == 1
+  if (!split) { /* CPU, one unit per block: a contiguous run of blocks, pipelined */
+    (void)red;
+    NG_ROW_BLOCK(u0, u1, units);
+    const float nf = (float)(Cg * S);
+    float s1 = 0.0f, s2 = 0.0f;
+    if (u0 < u1)
+      gn_bwd_walk(dy, x, dx, w, w_off, pdt, has_w, G, Cg, S, 1, u0, mean[u0], rstd[u0], &s1, &s2,
+                  dwp, dbp, 0, u0, 0.0f, 0.0f, 0.0f, 0.0f);
+    for (uint blk = u0; blk < u1; blk++) {
+      const float c1 = s1 / nf, c2 = s2 / nf;
+      const uint nb = blk + 1 < u1 ? blk + 1 : blk;
+      gn_bwd_walk(dy, x, dx, w, w_off, pdt, has_w, G, Cg, S, blk + 1 < u1, nb, mean[nb],
+                  rstd[nb], &s1, &s2, dwp, dbp, 1, blk, mean[blk], rstd[blk], c1, c2);
+    }
+    return;
+  }
+#endif
   for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
     const uint first_ch = (t.blk % G) * Cg + t.c_lo;
