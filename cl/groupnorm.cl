@@ -162,6 +162,10 @@ inline gn_st gn_range_stats(__global const XT *x, uint nv, __local uint *ln, __l
  * gn_range_stats. */
 #define GN_K 8
 #define GN_L (NG_CH * VEC) /* lanes per floatC */
+/* CPU y of a chunk v, with the channel's wc, bc in scope; and whether it may take the bf16
+ * rounding without the NaN test: no f32 operand is NaN (see ng_common.clh) */
+#define GN_Y(v) (((v) - mean) * rs * wc + bc)
+#define GN_Y_FAST() (!isnan(wc) && !isnan(bc) && !isnan(mean) && !isnan(rs))
 
 /* One chunk of GN_K floatC per lane into the running lane statistics (na values per lane). */
 inline void gn_lanes_add(floatC *hi, floatC *lo, floatC *m2, float *na, const floatC *v) {
@@ -186,9 +190,14 @@ inline void gn_lanes_add(floatC *hi, floatC *lo, floatC *m2, float *na, const fl
   *na += GN_K;
 }
 
-/* The lanes merged in a fixed tree. */
-inline gn_st gn_lanes_done(floatC hi, floatC lo, floatC m2, float na) {
-  if (na == 0.0f) return (gn_st){0u, 0.0f, 0.0f, 0.0f};
+/* The lanes merged in a fixed tree, then the vectors of x[0 .. nv·VEC) after the `full` whole
+ * chunks through gn_range_stats. */
+inline gn_st gn_lanes_done(floatC hi, floatC lo, floatC m2, float na, __global const XT *x,
+                           uint full, uint nv) {
+  const uint done = full * GN_K * NG_CH;
+  const gn_st rest = done < nv ? gn_range_stats(x + (ulong)done * VEC, nv - done, 0, 0, 0, 0)
+                               : (gn_st){0u, 0.0f, 0.0f, 0.0f};
+  if (na == 0.0f) return rest;
   float fh[GN_L], fl[GN_L], fm[GN_L];
 #if GN_L == 16
   vstore16(hi, 0, fh), vstore16(lo, 0, fl), vstore16(m2, 0, fm);
@@ -204,7 +213,7 @@ inline gn_st gn_lanes_done(floatC hi, floatC lo, floatC m2, float na) {
   for (int w = GN_L / 2; w > 0; w >>= 1)
 #pragma unroll
     for (int l = 0; l < w; l++) ln[l] = gn_merge(ln[l], ln[l + w]);
-  return ln[0];
+  return gn_merge(ln[0], rest);
 }
 
 /* Statistics of x[0 .. nv·VEC): whole chunks per lane, the rest through gn_range_stats. */
@@ -218,10 +227,7 @@ inline gn_st gn_range_stats_lanes(__global const XT *x, uint nv) {
     for (int q = 0; q < GN_K; q++) v[q] = NG_LDC(DTYPE, x, k * GN_K + q);
     gn_lanes_add(&hi, &lo, &m2, &na, v);
   }
-  gn_st run = gn_lanes_done(hi, lo, m2, na);
-  const uint done = full * GN_K * NG_CH;
-  if (done < nv) run = gn_merge(run, gn_range_stats(x + (ulong)done * VEC, nv - done, 0, 0, 0, 0));
-  return run;
+  return gn_lanes_done(hi, lo, m2, na, x, full, nv);
 }
 
 /* Pipelined forward step: y of the block at xc (its channels' chunks cpc at a time, starting at
@@ -253,10 +259,7 @@ inline gn_st gn_apply_next(__global const XT *xc, __global XT *yc, __global cons
   }
   for (uint j = full * GN_K; j < nc; j++) GN_APPLY_CHUNK(j);
 #undef GN_APPLY_CHUNK
-  gn_st run = gn_lanes_done(hi, lo, m2, na);
-  const uint done = full * GN_K * NG_CH;
-  if (done < nv) run = gn_merge(run, gn_range_stats(xn + (ulong)done * VEC, nv - done, 0, 0, 0, 0));
-  return run;
+  return gn_lanes_done(hi, lo, m2, na, xn, full, nv);
 }
 #endif
 
@@ -309,11 +312,11 @@ inline void gn_apply(__global const XT *x, __global XT *y, gn_unit t, uint first
 #if WG == 1
     /* 16-wide chunks; the fast rounding unless an f32 operand is NaN (see ng_common.clh) */
     NG_CHUNKS(nc, tail, lv);
-    if (!isnan(wc) && !isnan(bc) && !isnan(mean) && !isnan(rs))
-      for (uint j = 0; j < nc; j++) NG_STCF(DTYPE, yc, j, (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc);
+    if (GN_Y_FAST())
+      for (uint j = 0; j < nc; j++) NG_STCF(DTYPE, yc, j, GN_Y(NG_LDC(DTYPE, xc, j)));
     else
-      for (uint j = 0; j < nc; j++) NG_STC(DTYPE, yc, j, (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc);
-    if (tail) STX(yc, lv - 1, (LDX(xc, lv - 1) - mean) * rs * wc + bc);
+      for (uint j = 0; j < nc; j++) NG_STC(DTYPE, yc, j, GN_Y(NG_LDC(DTYPE, xc, j)));
+    if (tail) STX(yc, lv - 1, GN_Y(LDX(xc, lv - 1)));
     continue;
 #endif
     for (uint i = lid; i < lv; i += WG) {
@@ -436,6 +439,29 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
  * dwp/dbp[(b·P + p)·C + c] (each entry by exactly one unit) and summed over rows afterwards in
  * row order. Σ xhat·g and Σ g have their own accumulators, the same in every variant, so dx does
  * not depend on COMPUTE_DW / COMPUTE_DB. */
+
+/* One chunk or vector (type T) of dy d_, x x_ into the block sums a1 = Σ g·xhat, a2 = Σ g and
+ * the channel's sw = Σ dy·xhat, sb = Σ dy (mu, rs, wc in scope): the one form of every path's
+ * sums. */
+#define GN_BWD_SUMS(T, d_, x_, a1, a2, sw, sb)                                                       \
+  do {                                                                                               \
+    const T d = (d_), xh = ((x_) - mu) * rs, g = d * wc;                                             \
+    a1 = fma(g, xh, a1);                                                                             \
+    a2 += g;                                                                                         \
+    GN_IF_DW(sw = fma(d, xh, sw));                                                                   \
+    GN_IF_DB(sb += d);                                                                               \
+  } while (0)
+#if COMPUTE_DW
+#define GN_IF_DW(e) e
+#else
+#define GN_IF_DW(e) ((void)0)
+#endif
+#if COMPUTE_DB
+#define GN_IF_DB(e) e
+#else
+#define GN_IF_DB(e) ((void)0)
+#endif
+
 inline void gn_dx(__global const XT *dy, __global const XT *x, __global XT *dx, gn_unit t,
                   uint first_ch, uint S, float mu, float rs, float c1, float c2,
                   __global const uchar *w, ulong w_off, int pdt, int has_w) {
@@ -466,19 +492,8 @@ inline float gn_hsumc(floatC v) {
  * statistics pmu, prs and coefficients c1, c2) in the same walk, so that dx is formed from cache
  * while the next block streams in. The sums are the same bits with or without DX. Chunks of
  * NG_CH vectors, one floatV at the end of an odd channel. */
-#define GN_BWD_SUMS(ld, T, d_, x_, a1, a2, sw, sb)                                                     do {                                                                                                   const T d = (d_), xh = ((x_) - mu) * rs, g = d * wc;                                                 a1 = fma(g, xh, a1);                                                                                 a2 += g;                                                                                             GN_IF_DW(sw = fma(d, xh, sw));                                                                       GN_IF_DB(sb += d);                                                                                 } while (0)
-#if COMPUTE_DW
-#define GN_IF_DW(e) e
-#else
-#define GN_IF_DW(e) ((void)0)
-#endif
-#if COMPUTE_DB
-#define GN_IF_DB(e) e
-#else
-#define GN_IF_DB(e) ((void)0)
-#endif
 #define GN_DX_OF(d, x) ((((d) * pwc - (((x) - pmu) * prs) * c1) - c2) * prs)
-#define GN_BWD_WALK(DO_SUMS, DO_DX, STC)                                                               for (uint j = 0; j < nc; j++) {                                                                        if (DO_DX) STC(DTYPE, pdx, j, GN_DX_OF(NG_LDC(DTYPE, pdy, j), NG_LDC(DTYPE, px, j)));                if (DO_SUMS)                                                                                           GN_BWD_SUMS(NG_LDC, floatC, NG_LDC(DTYPE, cdy, j), NG_LDC(DTYPE, cx, j), a1, a2, sw, sb);        }
+#define GN_BWD_WALK(DO_SUMS, DO_DX, STC)                                                               for (uint j = 0; j < nc; j++) {                                                                        if (DO_DX) STC(DTYPE, pdx, j, GN_DX_OF(NG_LDC(DTYPE, pdy, j), NG_LDC(DTYPE, px, j)));                if (DO_SUMS)                                                                                           GN_BWD_SUMS(floatC, NG_LDC(DTYPE, cdy, j), NG_LDC(DTYPE, cx, j), a1, a2, sw, sb);        }
 inline void gn_bwd_walk(__global const XT *dy, __global const XT *x, __global XT *dx,
                         __global const uchar *w, ulong w_off, int pdt, int has_w, uint G, uint Cg,
                         uint S, int do_sums, uint blk, float mu, float rs, float *s1, float *s2,
@@ -512,9 +527,9 @@ inline void gn_bwd_walk(__global const XT *dy, __global const XT *x, __global XT
       if (do_dx) STX(pdx, i, GN_DX_OF(LDX(pdy, i), LDX(px, i)));
       if (do_sums) {
 #if NG_CH == 2
-        GN_BWD_SUMS(LDX, floatV, LDX(cdy, i), LDX(cx, i), a1.lo, a2.lo, sw.lo, sb.lo);
+        GN_BWD_SUMS(floatV, LDX(cdy, i), LDX(cx, i), a1.lo, a2.lo, sw.lo, sb.lo);
 #else
-        GN_BWD_SUMS(LDX, floatV, LDX(cdy, i), LDX(cx, i), a1, a2, sw, sb);
+        GN_BWD_SUMS(floatV, LDX(cdy, i), LDX(cx, i), a1, a2, sw, sb);
 #endif
       }
     }
@@ -594,19 +609,8 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 #if COMPUTE_DB
       floatV sb = (floatV)(0.0f);
 #endif
-      for (uint i = lid; i < lv; i += WG) {
-        const floatV d = LDX(dy + o, i);
-        const floatV xh = (LDX(x + o, i) - mu) * rs;
-        const floatV g = d * wc;
-        a1 = fma(g, xh, a1);
-        a2 += g;
-#if COMPUTE_DW
-        sw = fma(d, xh, sw);
-#endif
-#if COMPUTE_DB
-        sb += d;
-#endif
-      }
+      for (uint i = lid; i < lv; i += WG)
+        GN_BWD_SUMS(floatV, LDX(dy + o, i), LDX(x + o, i), a1, a2, sw, sb);
 #if COMPUTE_DW
       {
         const float s = ng_wg_sum(ng_hsum(sw), red);

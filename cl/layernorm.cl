@@ -318,6 +318,25 @@ typedef float accT;
 #else
 #define LN_DB_CPU(j, d) ((void)0)
 #endif
+/* One vector i of row r: dx and its dW / dB partials (the GPU streaming loop, and the odd last
+ * vector of a CPU row). */
+#if COMPUTE_DW
+#define LN_DW_VEC(i, d, xh) NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)))
+#else
+#define LN_DW_VEC(i, d, xh) ((void)0)
+#endif
+#if COMPUTE_DB
+#define LN_DB_VEC(i, d) NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + (d))
+#else
+#define LN_DB_VEC(i, d) ((void)0)
+#endif
+#define LN_BWD_VEC(i)                                                                                \
+  do {                                                                                               \
+    const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;                                       \
+    STX(dxr, i, DX(d, xh, i));                                                                       \
+    LN_DW_VEC(i, d, xh);                                                                             \
+    LN_DB_VEC(i, d);                                                                                 \
+  } while (0)
 #define LN_BWD_CPU_LOOP(PIPE, STC_)                                                                  \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
@@ -387,12 +406,10 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   NG_ROW_BLOCK(r0, r1, rows);
   NG_CHUNKS(nc, tail, nv);
 #if COMPUTE_DW
-  for (uint j = 0; j < nc; j++) NG_STC(NG_F32, pw, j, (floatC)(0.0f));
-  if (tail) NG_STV(NG_F32, pw, nv - 1, (floatV)(0.0f));
+  NG_ZERO_ROW(pw, nc, tail, nv);
 #endif
 #if COMPUTE_DB
-  for (uint j = 0; j < nc; j++) NG_STC(NG_F32, pb, j, (floatC)(0.0f));
-  if (tail) NG_STV(NG_F32, pb, nv - 1, (floatV)(0.0f));
+  NG_ZERO_ROW(pb, nc, tail, nv);
 #endif
   /* bf16 rounds without the NaN test unless an f32 input (w, the row's mean or rstd) is NaN: a
    * NaN made from 16-bit inputs has a zero low half, on which both roundings agree. */
@@ -424,14 +441,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     if (tail) {
       const uint i = nv - 1;
       if (next) LN_SUMS_TAIL();
-      const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
-      STX(dxr, i, DX(d, xh, i));
-#if COMPUTE_DW
-      NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)));
-#endif
-#if COMPUTE_DB
-      NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + d);
-#endif
+      LN_BWD_VEC(i);
     }
   }
 #else
@@ -538,16 +548,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     const float mu = mean[r], rs = rstd[r];
     const float2 sums = ln_row_sums(dyr, xr, w, mu, rs, nv, red);
     const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV d = LDX(dyr, i), xh = (LDX(xr, i) - mu) * rs;
-      STX(dxr, i, DX(d, xh, i));
-#if COMPUTE_DW
-      NG_STV(NG_F32, pw, i, fma(d, xh, NG_LDV(NG_F32, pw, i)));
-#endif
-#if COMPUTE_DB
-      NG_STV(NG_F32, pb, i, NG_LDV(NG_F32, pb, i) + d);
-#endif
-    }
+    for (uint i = lid; i < nv; i += WG) LN_BWD_VEC(i);
   }
 #endif
 }

@@ -342,8 +342,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   NG_CHUNKS(nc, tail, nv);
 #if COMPUTE_DW
   __global float *prow = part + part_off + (ulong)get_group_id(0) * n;
-  for (uint j = 0; j < nc; j++) NG_STC(NG_F32, prow, j, (floatC)(0.0f));
-  if (tail) NG_STV(NG_F32, prow, nv - 1, (floatV)(0.0f));
+  NG_ZERO_ROW(prow, nc, tail, nv);
 #else
   (void)part;
   (void)part_off;
