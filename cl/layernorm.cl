@@ -33,6 +33,11 @@
 #define REG 1
 #endif
 #define NEED_PART (COMPUTE_DW || COMPUTE_DB)
+/* GPU forward: the weight and bias of the work-item's columns held in registers across rows
+ * (2·REG·VEC registers, which rows of REG > 2 slots cannot spare beside their own) */
+#ifndef WREG
+#define WREG (REG <= 2)
+#endif
 
 /* y for one vector: xhat·w + b, each factor only when present. */
 inline floatV ln_out(floatV v, float mu, float rs, __global const WT *w, __global const BT *b,
@@ -43,6 +48,19 @@ inline floatV ln_out(floatV v, float mu, float rs, __global const WT *w, __globa
 #endif
 #if HAS_B
   o = o + NG_LDV(B_DTYPE, b, i);
+#endif
+  return o;
+}
+
+/* ln_out with the parameters already in registers (wv = 1 and bv = 0 stand for absent ones and
+ * are not applied): the same operations, so the same bits. */
+inline floatV ln_out_reg(floatV v, float mu, float rs, floatV wv, floatV bv) {
+  floatV o = (v - mu) * rs;
+#if HAS_W
+  o = o * wv;
+#endif
+#if HAS_B
+  o = o + bv;
 #endif
   return o;
 }
@@ -170,16 +188,39 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
   }
 #else
   const bool cached = nv <= (uint)(WG * REG);
+#if WREG
+  /* read once rather than once per row: in f32 they are four times the bytes of a bf16 row, from
+   * L2 */
+  floatV wv[REG], bv[REG];
+#pragma unroll
+  for (int k = 0; k < REG; k++) {
+    const uint i = lid + (uint)k * WG;
+    const bool on = cached && i < nv;
+#if HAS_W
+    wv[k] = on ? LDW(w, i) : (floatV)(0.0f);
+#else
+    wv[k] = (floatV)(1.0f);
+#endif
+#if HAS_B
+    bv[k] = on ? NG_LDV(B_DTYPE, b, i) : (floatV)(0.0f);
+#else
+    bv[k] = (floatV)(0.0f);
+#endif
+  }
+#define LN_OUT_K(v, k, i) ln_out_reg(v, mu, rs, wv[k], bv[k])
+#else
+#define LN_OUT_K(v, k, i) ln_out(v, mu, rs, w, b, i)
+#endif
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
     floatV acc = (floatV)(0.0f);
-    if (cached) {
-      floatV xs[REG];
+    if (cached) { /* in the storage dtype (ng_common.clh), widened at each use */
+      NG_RAWV(DTYPE) xs[REG];
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+        xs[k] = i < nv ? NG_LDRV(DTYPE, xr, i) : (NG_RAWV(DTYPE))(0);
       }
 #if PREFETCH
       /* the group's next row, so memory is busy through this row's two reductions */
@@ -193,12 +234,12 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
       }
 #endif
 #pragma unroll
-      for (int k = 0; k < REG; k++) acc += xs[k];
+      for (int k = 0; k < REG; k++) acc += NG_WIDENV(DTYPE, xs[k]);
       const float mu = ng_wg_sum(ng_hsum(acc), red) / (float)n;
       acc = (floatV)(0.0f);
 #pragma unroll
       for (int k = 0; k < REG; k++) {
-        const floatV d = xs[k] - mu;
+        const floatV d = NG_WIDENV(DTYPE, xs[k]) - mu;
         if (lid + (uint)k * WG < nv) acc = fma(d, d, acc);
       }
       const float rs = rsqrt(ng_wg_sum(ng_hsum(acc), red) / (float)n + eps);
@@ -206,10 +247,10 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
         mean[r] = mu;
         rstd[r] = rs;
       }
-#pragma unroll
+      NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) STX(yr, i, ln_out(xs[k], mu, rs, w, b, i));
+        if (i < nv) STX(yr, i, LN_OUT_K(NG_WIDENV(DTYPE, xs[k]), k, i));
       }
       continue;
     }
@@ -504,7 +545,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       }
       const float2 sums = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
       const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
-#pragma unroll
+      NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
@@ -519,7 +560,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       }
     }
 #if NEED_PART
-#pragma unroll
+    NG_UNROLL_STORES
     for (int k = 0; k < REG; k++) {
       const uint i = lid + (uint)k * WG;
       if (i < nv) {

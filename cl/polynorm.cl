@@ -169,7 +169,7 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
         if (lid + (uint)k * WG < nv) PN_SUMS1(xs[k]);
       }
       PN_GPU_ROW_STATS();
-#pragma unroll
+      NG_UNROLL_STORES
       for (int k = 0; k < PN_REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) STX(yr, i, PN_Y(xs[k]));

@@ -30,6 +30,13 @@
 #ifndef HAS_DS
 #define HAS_DS 0
 #endif
+/* GPU forward: w' of the work-item's columns held in registers across rows (it costs REG·VEC
+ * registers, which a row of REG > 2 slots cannot spare beside its own) */
+#ifndef WREG
+#define WREG (REG <= 2)
+#endif
+#define RAWX NG_RAWV(DTYPE)
+#define WIDX(r) NG_WIDENV(DTYPE, r)
 
 /* w' = offset + w, or 1 without a weight. */
 #if HAS_W
@@ -55,9 +62,17 @@ inline floatV fa_sum(__global const XT *xr, __global const XT *resr, __global XT
   return v;
 }
 #define LOAD_IN(i) fa_sum(xr, resr, sr, i)
+/* the same s as fa_sum, kept in its storage bits (RD of a value is the widening of its bits) */
+inline RAWX fa_sum_raw(__global const XT *xr, __global const XT *resr, __global XT *sr, uint i) {
+  const RAWX v = NG_NARROWV(DTYPE, LDX(xr, i) + LDX(resr, i));
+  NG_STRV(DTYPE, sr, i, v);
+  return v;
+}
+#define LOAD_RAW(i) fa_sum_raw(xr, resr, sr, i)
 #define RMS_FWD ng_fused_add_rmsnorm_fwd
 #else
 #define LOAD_IN(i) LDX(xr, i)
+#define LOAD_RAW(i) NG_LDRV(DTYPE, xr, i)
 #define RMS_FWD ng_rmsnorm_fwd
 #endif
 
@@ -178,10 +193,12 @@ RMS_FWD(__global const XT *x, ulong x_off,
     }
   }
 #else
-  /* Rows of at most WG·REG vectors are held in registers: all of a work-item's loads are issued
-   * before the first use, and the row is read from memory once. The sums run in the same order
-   * as the streaming loop below, so both paths give the same bits. */
+  /* Rows of at most WG·REG vectors are held in registers, in their storage dtype: all of a
+   * work-item's loads are issued before the first use, and the row is read from memory once.
+   * The sums run in the same order as the streaming loop below, so both paths give the same
+   * bits. */
   const bool cached = nv <= (uint)(WG * REG);
+#if WREG
   /* w' of this work-item's columns, read once rather than once per row (an L2 read as large
    * as the row itself in f32) */
   floatV wc[REG];
@@ -190,6 +207,10 @@ RMS_FWD(__global const XT *x, ulong x_off,
     const uint i = lid + (uint)k * WG;
     wc[k] = cached && i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
   }
+#define WC(k, i) wc[k]
+#else
+#define WC(k, i) WPRIME(w, i, offset)
+#endif
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
@@ -199,11 +220,11 @@ RMS_FWD(__global const XT *x, ulong x_off,
 #endif
     floatV acc = (floatV)(0.0f);
     if (cached) {
-      floatV xs[REG];
+      RAWX xs[REG];
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        xs[k] = i < nv ? LOAD_IN(i) : (floatV)(0.0f);
+        xs[k] = i < nv ? LOAD_RAW(i) : (RAWX)(0);
       }
 #if PREFETCH
       if (r + get_num_groups(0) < rows) {
@@ -221,15 +242,18 @@ RMS_FWD(__global const XT *x, ulong x_off,
       }
 #endif
 #pragma unroll
-      for (int k = 0; k < REG; k++) acc = fma(xs[k], xs[k], acc);
+      for (int k = 0; k < REG; k++) {
+        const floatV v = WIDX(xs[k]);
+        acc = fma(v, v, acc);
+      }
       const float ss = ng_wg_sum(ng_hsum(acc), red);
       float rs = rsqrt(ss / (float)n + eps);
       if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
       if (lid == 0) rstd[r] = rs;
-#pragma unroll
+      NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) STX(yr, i, rms_out(xs[k], rs, wc[k], mode));
+        if (i < nv) STX(yr, i, rms_out(WIDX(xs[k]), rs, WC(k, i), mode));
       }
       continue;
     }
@@ -440,7 +464,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       }
       const float dot = ng_wg_sum(ng_hsum(acc), red);
       const float c = (rs * rs * rs) * (dot / (float)n);
-#pragma unroll
+      NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
@@ -464,7 +488,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   }
 #if COMPUTE_DW
   if (in_regs) {
-#pragma unroll
+    NG_UNROLL_STORES
     for (int k = 0; k < REG; k++) {
       const uint i = lid + (uint)k * WG;
       if (i < nv) NG_STV(NG_F32, prow, i, dwr[k]);

@@ -233,8 +233,8 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
       return ng_fail(NG_ERR_INVALID_VALUE, "vector width %u must be 1 or 8", value);
     break;
   case NG_TUNE_REG_COLS:
-    if (value != NG_TUNE_AUTO && value != 1 && value != 2 && value != 4)
-      return ng_fail(NG_ERR_INVALID_VALUE, "register column slots %u must be 1, 2 or 4", value);
+    if (value != NG_TUNE_AUTO && value != 1 && value != 2 && value != 4 && value != 8)
+      return ng_fail(NG_ERR_INVALID_VALUE, "register column slots %u must be 1, 2, 4 or 8", value);
     break;
   case NG_TUNE_TABLE:
     if (value > 2)
@@ -333,10 +333,12 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   size_t maxwg = 1;
   while (maxwg * 2 <= d->max_wg && maxwg * 2 <= 1024) maxwg *= 2;
   size_t wg = 1, reg = 1;
-  if (!cpu && mode == NG_ROWS_FWD) {
+  if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16)) {
     wg = 32;
     while (wg < maxwg && wg * 2 < nv) wg *= 2;
     reg = 2;
+    if (mode == NG_ROWS_FWD_RAW16)
+      while (reg < NG_FWD_RAW_REG && wg * reg < nv) reg *= 2;
   } else if (!cpu) {
     wg = 32;
     while (wg < maxwg && wg < 512 && wg < nv) wg *= 2;

@@ -255,10 +255,20 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                                      size_t n, bool vec_ok, int mode);
 /* `mode`: NG_ROWS_FWD (no partials), NG_ROWS_BWD_DW (dW/dB partials in a persistent grid), or
  * NG_ROWS_BWD_FROZEN (no partials, but the same work-group shape as NG_ROWS_BWD_DW so that dx
- * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. */
+ * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. NG_ROWS_FWD_RAW16: a forward
+ * whose kernel holds rows of a 16-bit dtype in registers in their storage bits (NG_RAWV), which
+ * leaves room for NG_FWD_RAW_REG slots per work-item. LayerNorm's forward takes it (its
+ * streaming path reads a row three times); on the H100 it measured 0.66 -> 0.72 of copy at
+ * 32768, while RMSNorm's (which reads a row twice) lost 0.01-0.06 there, and 8 slots (65536)
+ * lost 0.2 for both: a 1024-wide group of that many registers runs alone on its compute unit. */
 #define NG_ROWS_FWD 0
 #define NG_ROWS_BWD_DW 1
 #define NG_ROWS_BWD_FROZEN 2
+#define NG_ROWS_FWD_RAW16 3
+#define NG_FWD_RAW_REG 4
+static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
+  return x_dtype == NG_F32 ? NG_ROWS_FWD : NG_ROWS_FWD_RAW16;
+}
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    int mode);
 

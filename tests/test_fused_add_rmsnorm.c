@@ -249,6 +249,16 @@ static void test_workgroup_shape(void **state) {
                    200 + i * 3 + xi};
       run_case(&c);
     }
+  /* four and eight register slots: s kept in its storage bits (whole rows, idle slots, rows
+   * beyond the registers) */
+  const size_t wide[][3] = {{4, 9, 2048}, {4, 5, 1800}, {8, 3, 4096}, {8, 3, 4160}};
+  /* (a partly idle last slot is where PoCL once stored past the row: NG_UNROLL_STORES) */
+  for (size_t i = 0; i < NG_ARRAY_LEN(wide); i++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, (unsigned)wide[i][0]));
+    fa_case c = {wide[i][1], wide[i][2], i % 2 ? NG_F16 : NG_BF16, NG_F32,
+                 (ng_casting_mode)(i % 3), false, false, true, false, 0, 0.5f, 1e-5f, 400 + i};
+    run_case(&c);
+  }
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));

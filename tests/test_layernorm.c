@@ -229,13 +229,16 @@ static void test_matrix(void **state) {
   }
 }
 
-/* N = 1, 7, 4097, 65536 with one row and many rows, offsets. */
+/* N = 1, 7, 4097, 12000, 24576, 65536 with one row and many rows, offsets. */
 static void test_shapes(void **state) {
   (void)state;
   /* 256 rows of 65536 rather than 1000: the host side of the check (data, double references)
-   * is what costs there, and 256 rows already give every persistent group many rows. */
+   * is what costs there, and 256 rows already give every persistent group many rows. On a GPU,
+   * 24576 in bf16 is a forward row of four vectors per work-item, kept in storage bits, and
+   * 12000 one of two, with the weight and bias in registers. */
   const size_t shapes[][2] = {{1000, 1},    {1, 1},       {1000, 7},  {1, 7},
-                              {1, 4097},    {1000, 4097}, {1, 65536}, {256, 65536}};
+                              {1, 4097},    {1000, 4097}, {1, 65536}, {256, 65536},
+                              {40, 24576},  {40, 12000}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     ln_case c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_F32, &PARAMS[i % 2 ? 0 : 1], 0,
                           100 + i);
@@ -288,6 +291,23 @@ static void test_workgroup_shape(void **state) {
     c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_BF16, &PARAMS[11], 0, seed++);
     run_case(&c);
   }
+  /* four and eight register slots: the forward keeps 16-bit rows in their storage bits (whole,
+   * with idle slots, and beyond the registers) */
+  const size_t wide[][3] = {{4, 9, 2048}, {4, 5, 1800}, {8, 3, 4096}, {8, 3, 4160}};
+  /* (a partly idle last slot is where PoCL once stored past the row: NG_UNROLL_STORES) */
+  for (size_t i = 0; i < NG_ARRAY_LEN(wide); i++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, (unsigned)wide[i][0]));
+    ln_case c = make_case(wide[i][1], wide[i][2], i % 2 ? NG_F16 : NG_BF16, NG_F32, &PARAMS[1],
+                          0, seed++);
+    run_case(&c);
+  }
+  /* groups of 1024 with two slots: the weight and bias held in registers across rows */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 1024));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  ln_case c = make_case(7, 16000, NG_BF16, NG_BF16, &PARAMS[1], 0, seed++);
+  run_case(&c);
+  c = make_case(3, 16000, NG_BF16, NG_F32, &PARAMS[8], 0, seed++);
+  run_case(&c);
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));

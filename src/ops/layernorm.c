@@ -45,14 +45,19 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
                       ng_vec_aligned(ctx, weight, p->n, 8) && ng_vec_aligned(ctx, bias, p->n, 8);
-  const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, "layernorm.fwd", p->rows, p->n, vec_ok, NG_ROWS_FWD);
+  const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.fwd", p->rows, p->n, vec_ok,
+                                                  ng_fwd_raw_mode(x.dtype));
   ng_opts o;
   ng_opts_init(&o);
   ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "HAS_B", bias.mem ? 1 : 0);
   /* the bias has the weight's dtype, except without a weight (W_DTYPE is then a placeholder) */
   if (bias.mem && !weight.mem) ng_opts_add(&o, "B_DTYPE", bias.dtype);
+  /* w and b in registers across rows (cl/layernorm.cl) only for 16-bit rows in groups of 1024:
+   * such a group runs alone on its compute unit with or without them, whereas narrower groups
+   * lost resident groups to the 2·REG·8 extra registers (H100, bf16: 16384 0.71 -> 0.82 of copy;
+   * 4096 0.86 -> 0.78 and 8192 0.84 -> 0.73 had they been used there; f32 0.74 -> 0.71) */
+  ng_opts_add(&o, "WREG", l.wg >= 1024 && l.reg_cols <= 2 && x.dtype != NG_F32);
   cl_program prog;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
