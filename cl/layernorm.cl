@@ -34,26 +34,26 @@
 #endif
 #define NEED_PART (COMPUTE_DW || COMPUTE_DB)
 /* GPU forward: the weight and bias of the work-item's columns held in registers across rows
- * (2·REG·VEC registers, which rows of REG > 2 slots cannot spare beside their own) */
+ * (2·REG·VEC registers). The host sets it: 16-bit rows in groups of 1024 with two slots
+ * (src/ops/layernorm.c says why). */
 #ifndef WREG
-#define WREG (REG <= 2)
+#define WREG 0
 #endif
 
-/* y for one vector: xhat·w + b, each factor only when present. */
-inline floatV ln_out(floatV v, float mu, float rs, __global const WT *w, __global const BT *b,
-                     uint i) {
-  floatV o = (v - mu) * rs;
+/* Vector i of the weight and the bias, or 1 and 0 for an absent one (which ln_out_reg does not
+ * apply). */
 #if HAS_W
-  o = o * LDW(w, i);
+#define LN_WV(i) LDW(w, i)
+#else
+#define LN_WV(i) ((floatV)(1.0f))
 #endif
 #if HAS_B
-  o = o + NG_LDV(B_DTYPE, b, i);
+#define LN_BV(i) NG_LDV(B_DTYPE, b, i)
+#else
+#define LN_BV(i) ((floatV)(0.0f))
 #endif
-  return o;
-}
 
-/* ln_out with the parameters already in registers (wv = 1 and bv = 0 stand for absent ones and
- * are not applied): the same operations, so the same bits. */
+/* y for one vector: xhat·w + b, each factor only when present; wv, bv are w and b. */
 inline floatV ln_out_reg(floatV v, float mu, float rs, floatV wv, floatV bv) {
   floatV o = (v - mu) * rs;
 #if HAS_W
@@ -63,6 +63,10 @@ inline floatV ln_out_reg(floatV v, float mu, float rs, floatV wv, floatV bv) {
   o = o + bv;
 #endif
   return o;
+}
+inline floatV ln_out(floatV v, float mu, float rs, __global const WT *w, __global const BT *b,
+                     uint i) {
+  return ln_out_reg(v, mu, rs, LN_WV(i), LN_BV(i));
 }
 
 /* CPU shape, chunk j (ng_common.clh): ln_out's math, and the row loop of the forward's
@@ -196,16 +200,8 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
   for (int k = 0; k < REG; k++) {
     const uint i = lid + (uint)k * WG;
     const bool on = cached && i < nv;
-#if HAS_W
-    wv[k] = on ? LDW(w, i) : (floatV)(0.0f);
-#else
-    wv[k] = (floatV)(1.0f);
-#endif
-#if HAS_B
-    bv[k] = on ? NG_LDV(B_DTYPE, b, i) : (floatV)(0.0f);
-#else
-    bv[k] = (floatV)(0.0f);
-#endif
+    wv[k] = on ? LN_WV(i) : (floatV)(0.0f);
+    bv[k] = on ? LN_BV(i) : (floatV)(0.0f);
   }
 #define LN_OUT_K(v, k, i) ln_out_reg(v, mu, rs, wv[k], bv[k])
 #else

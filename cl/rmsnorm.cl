@@ -53,22 +53,17 @@ inline floatV rms_out(floatV v, float rs, floatV wp, int mode) {
 }
 
 #if FUSED_ADD
-/* The first read of a row element: s = rd(x + residual), stored (it is the next residual). The
- * norm is of the stored, rounded s; a second pass reads s back (each work-item its own
- * elements, so no barrier is needed): one read instead of two. */
-inline floatV fa_sum(__global const XT *xr, __global const XT *resr, __global XT *sr, uint i) {
-  const floatV v = RDX(LDX(xr, i) + LDX(resr, i));
-  STX(sr, i, v);
-  return v;
-}
-#define LOAD_IN(i) fa_sum(xr, resr, sr, i)
-/* the same s as fa_sum, kept in its storage bits (RD of a value is the widening of its bits) */
+/* The first read of a row element: s = rd(x + residual), stored (it is the next residual), in
+ * its storage bits; LOAD_IN widens them, which is rd(x + residual) exactly. The norm is of the
+ * stored, rounded s; a second pass reads s back (each work-item its own elements, so no barrier
+ * is needed): one read instead of two. */
 inline RAWX fa_sum_raw(__global const XT *xr, __global const XT *resr, __global XT *sr, uint i) {
   const RAWX v = NG_NARROWV(DTYPE, LDX(xr, i) + LDX(resr, i));
   NG_STRV(DTYPE, sr, i, v);
   return v;
 }
 #define LOAD_RAW(i) fa_sum_raw(xr, resr, sr, i)
+#define LOAD_IN(i) WIDX(LOAD_RAW(i))
 #define RMS_FWD ng_fused_add_rmsnorm_fwd
 #else
 #define LOAD_IN(i) LDX(xr, i)

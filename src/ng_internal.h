@@ -258,8 +258,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
  * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. NG_ROWS_FWD_RAW16: a forward
  * whose kernel holds rows of a 16-bit dtype in registers in their storage bits (NG_RAWV), which
  * leaves room for NG_FWD_RAW_REG slots per work-item. LayerNorm's forward takes it (its
- * streaming path reads a row three times); on the H100 it measured 0.66 -> 0.72 of copy at
- * 32768, while RMSNorm's (which reads a row twice) lost 0.01-0.06 there, and 8 slots (65536)
+ * streaming path reads a row three times); on the H100 it measured 0.65 -> 0.73 of copy at
+ * 32768 (bf16), while RMSNorm's (which reads a row twice) lost 0.01-0.06 there, and 8 slots (65536)
  * lost 0.2 for both: a 1024-wide group of that many registers runs alone on its compute unit. */
 #define NG_ROWS_FWD 0
 #define NG_ROWS_BWD_DW 1
