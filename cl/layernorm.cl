@@ -506,13 +506,17 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       __global const XT *xr = x + (ulong)r * n;
       __global XT *dxr = dx + (ulong)r * n;
       const float mu = mean[r], rs = rstd[r];
-      floatV dys[REG], xhs[REG];
+      /* dy and x held in their storage bits (half the registers of floats for 16-bit rows);
+       * xhat is formed from them at each use by the same expression, so with the same bits */
+      NG_RAWV(DTYPE) dys[REG], xs[REG];
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
-        xhs[k] = i < nv ? (LDX(xr, i) - mu) * rs : (floatV)(0.0f);
+        dys[k] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (NG_RAWV(DTYPE))(0);
+        xs[k] = i < nv ? NG_LDRV(DTYPE, xr, i) : (NG_RAWV(DTYPE))(0);
       }
+#define LN_DY(k) NG_WIDENV(DTYPE, dys[k])
+#define LN_XH(k) ((NG_WIDENV(DTYPE, xs[k]) - mu) * rs)
 #if PREFETCH && !(COMPUTE_DW && COMPUTE_DB && REG >= 4)
       /* (not with four vectors each of dy, xhat, dW and dB sums per work-item: measured slower
        * on the H100 at N = 16384, where registers are already short; with one of the two sums
@@ -534,8 +538,8 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          const floatV g = GRAD_REG(dys[k], i);
-          a1 = ACC_FMA(xhs[k], g, a1);
+          const floatV g = GRAD_REG(LN_DY(k), i);
+          a1 = ACC_FMA(LN_XH(k), g, a1);
           a2 = ACC_ADD(a2, g);
         }
       }
@@ -545,12 +549,13 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          STX(dxr, i, DX_REG(dys[k], xhs[k], i));
+          const floatV d = LN_DY(k), xh = LN_XH(k);
+          STX(dxr, i, DX_REG(d, xh, i));
 #if COMPUTE_DW
-          dwr[k] = fma(dys[k], xhs[k], dwr[k]);
+          dwr[k] = fma(d, xh, dwr[k]);
 #endif
 #if COMPUTE_DB
-          dbr[k] += dys[k];
+          dbr[k] += d;
 #endif
         }
       }

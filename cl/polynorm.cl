@@ -30,9 +30,8 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
   return ng_bf16_to_f32(((__global const ushort *)p)[i]);
 }
 
-/* GPU forward: rows of at most PN_REG vectors per work-item (the launch gives two) are held in
- * registers and read once; longer rows stream twice. Same sums in the same order. (The same
- * for the backward, holding dy and x, measured slower at N = 4096 and 8192 on the H100.) */
+/* GPU: rows of at most PN_REG vectors per work-item (the launch gives two) are held in
+ * registers and read once; longer rows stream twice. Same sums in the same order. */
 #define PN_REG 2
 
 /* GPU shape (PREFETCH, NVIDIA): ask L2 for this work-item's vectors of the group's next row
@@ -205,6 +204,20 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
   const float c2 = 3.0f * w0 * r3, c1 = 2.0f * w1 * r2, c0 = w2 * r1;                                \
   const float K3 = c2 * (r3 * r3) * (s3 / nf), K2 = c1 * (r2 * r2) * (s2 / nf);                      \
   const float K1 = c0 * (r1 * r1) * (s1 / nf)
+/* GPU shape: the row's four sums across the group, then PN_BWD_COEFFS */
+#if COMPUTE_DB
+#define PN_GPU_BWD_STATS()                                                                           \
+  const float4 sums =                                                                                \
+      ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), ng_hsum(ad)), red4);              \
+  dbs += sums.w;                                                                                     \
+  const float s1 = sums.x, s2 = sums.y, s3 = sums.z;                                                 \
+  PN_BWD_COEFFS()
+#else
+#define PN_GPU_BWD_STATS()                                                                           \
+  const float4 sums = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);     \
+  const float s1 = sums.x, s2 = sums.y, s3 = sums.z;                                                 \
+  PN_BWD_COEFFS()
+#endif
 /* dx of dy d and x v (vectors or chunks) */
 #define PN_DX(d, v)                                                                                  \
   ((d) * ((c2 * (v) + c1) * (v) + c0) - ((K3 * ((v) * (v)) + K2) * ((v) * (v)) + K1) * (v))
@@ -311,6 +324,9 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
     }
   }
 #else
+  /* Rows of at most PN_REG vectors per work-item: dy and x held in registers in their storage
+   * bits (widened at each use) and read once; longer rows stream twice. Same sums, same order. */
+  const bool cached = nv <= (uint)(WG * PN_REG);
   for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
     __global const XT *dyr = dy + (ulong)r * n;
     __global const XT *xr = x + (ulong)r * n;
@@ -319,27 +335,31 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
 #if COMPUTE_DB
     floatV ad = (floatV)(0.0f);
 #endif
+    if (cached) {
+      NG_RAWV(DTYPE) dys[PN_REG], xs[PN_REG];
+#pragma unroll
+      for (int k = 0; k < PN_REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        dys[k] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (NG_RAWV(DTYPE))(0);
+        xs[k] = i < nv ? NG_LDRV(DTYPE, xr, i) : (NG_RAWV(DTYPE))(0);
+      }
+      PN_PREFETCH_NEXT(dy);
+      PN_PREFETCH_NEXT(x);
+#pragma unroll
+      for (int k = 0; k < PN_REG; k++)
+        if (lid + (uint)k * WG < nv) PN_BSUMS1(NG_WIDENV(DTYPE, dys[k]), NG_WIDENV(DTYPE, xs[k]));
+      PN_GPU_BWD_STATS();
+      NG_UNROLL_STORES
+      for (int k = 0; k < PN_REG; k++) {
+        const uint i = lid + (uint)k * WG;
+        if (i < nv) STX(dxr, i, PN_DX(NG_WIDENV(DTYPE, dys[k]), NG_WIDENV(DTYPE, xs[k])));
+      }
+      continue;
+    }
     PN_PREFETCH_NEXT(dy);
     PN_PREFETCH_NEXT(x);
-    for (uint i = lid; i < nv; i += WG) {
-      const floatV d = LDX(dyr, i), v = LDX(xr, i);
-      const floatV dv = d * v, dv2 = dv * v;
-      a1 += dv;
-      a2 += dv2;
-      a3 = fma(dv2, v, a3);
-#if COMPUTE_DB
-      ad += d;
-#endif
-    }
-#if COMPUTE_DB
-    const float4 sums =
-        ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), ng_hsum(ad)), red4);
-    dbs += sums.w;
-#else
-    const float4 sums = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
-#endif
-    const float s1 = sums.x, s2 = sums.y, s3 = sums.z;
-    PN_BWD_COEFFS();
+    for (uint i = lid; i < nv; i += WG) PN_BSUMS1(LDX(dyr, i), LDX(xr, i));
+    PN_GPU_BWD_STATS();
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), v = LDX(xr, i);
       STX(dxr, i, PN_DX(d, v));

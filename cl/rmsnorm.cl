@@ -37,6 +37,21 @@
 #endif
 #define RAWX NG_RAWV(DTYPE)
 #define WIDX(r) NG_WIDENV(DTYPE, r)
+/* GPU backward, rows in registers: dy and x held in their storage bits (RAW_ROWS; half the
+ * registers of floats for 16-bit rows) and widened at each use, which gives the same values,
+ * or as floats. The host sets it (src/ops/rmsnorm.c says where each measured faster). */
+#ifndef RAW_ROWS
+#define RAW_ROWS 0
+#endif
+#if RAW_ROWS
+#define BWD_ROWT RAWX
+#define BWD_LD(p, i) NG_LDRV(DTYPE, p, i)
+#define BWD_WIDEN(r) WIDX(r)
+#else
+#define BWD_ROWT floatV
+#define BWD_LD(p, i) LDX(p, i)
+#define BWD_WIDEN(r) (r)
+#endif
 
 /* w' = offset + w, or 1 without a weight. */
 #if HAS_W
@@ -429,12 +444,12 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     const float rs = rstd[r];
     floatV acc = (floatV)(0.0f);
     if (in_regs) {
-      floatV dys[REG], xs[REG];
+      BWD_ROWT dys[REG], xs[REG];
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        dys[k] = i < nv ? LDX(dyr, i) : (floatV)(0.0f);
-        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+        dys[k] = i < nv ? BWD_LD(dyr, i) : (BWD_ROWT)(0);
+        xs[k] = i < nv ? BWD_LD(xr, i) : (BWD_ROWT)(0);
       }
 #if PREFETCH
       if (r + get_num_groups(0) < rows) {
@@ -455,7 +470,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #pragma unroll
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) acc = fma(dys[k] * WP_REG(k, i), xs[k], acc);
+        if (i < nv) acc = fma(BWD_WIDEN(dys[k]) * WP_REG(k, i), BWD_WIDEN(xs[k]), acc);
       }
       const float dot = ng_wg_sum(ng_hsum(acc), red);
       const float c = (rs * rs * rs) * (dot / (float)n);
@@ -463,9 +478,10 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
         if (i < nv) {
-          STX(dxr, i, DX_OUT(i, RMS_DX(dys[k], WP_REG(k, i), xs[k])));
+          const floatV d = BWD_WIDEN(dys[k]), xv = BWD_WIDEN(xs[k]);
+          STX(dxr, i, DX_OUT(i, RMS_DX(d, WP_REG(k, i), xv)));
 #if COMPUTE_DW
-          dwr[k] = fma(dys[k], RMS_XH(NG_RDV, xs[k]), dwr[k]);
+          dwr[k] = fma(d, RMS_XH(NG_RDV, xv), dwr[k]);
 #endif
         }
       }

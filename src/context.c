@@ -333,9 +333,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   size_t maxwg = 1;
   while (maxwg * 2 <= d->max_wg && maxwg * 2 <= 1024) maxwg *= 2;
   size_t wg = 1, reg = 1;
-  if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16)) {
+  if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
     while (wg < maxwg && wg * 2 < nv) wg *= 2;
+    if (mode == NG_ROWS_POLY_BWD && wg == 512) wg = 256;
     reg = 2;
     if (mode == NG_ROWS_FWD_RAW16)
       while (reg < NG_FWD_RAW_REG && wg * reg < nv) reg *= 2;

@@ -883,6 +883,7 @@ static void test_prebuild_gpu_shapes(void **state) {
             ng_opts_init(&o);
             ng_row_opts_dt(&o, &l, fl[xi], wi >= 0, wi >= 0 ? fl[wi] : NG_F32);
             if (pass) ng_opts_add(&o, "COMPUTE_DW", pass == 2);
+            if (pass) ng_opts_add(&o, "RAW_ROWS", pass == 2 && l.reg_cols >= 4); /* rmsnorm.c */
             if (!listed_opts(&set, &o)) fail_msg("n=%zu: '%s' is not enumerated", ns[i], o.text);
           }
   EXPECT_STATS(c, 0, 0, 0, 0, 0, 0);

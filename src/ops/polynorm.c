@@ -35,12 +35,14 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
-/* The row launch, the same for forward, backward and the scratch query (the group count, which
- * sizes the partials, does not depend on alignment). */
-static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok) {
+/* The row launch of the forward (bwd false) or of the backward and its scratch query (the group
+ * count, which sizes the partials, does not depend on alignment). */
+static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
+                            bool bwd) {
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
    * partials, so one group per row would make the reduction as long as the batch. */
-  ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", SIZE_MAX, p->n, vec_ok, NG_ROWS_FWD);
+  ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", SIZE_MAX, p->n, vec_ok,
+                                           bwd ? NG_ROWS_POLY_BWD : NG_ROWS_FWD);
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
   if (l.groups == 0) l.groups = 1;
   return l;
@@ -64,7 +66,7 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s != NG_SUCCESS) return s;
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8);
-  const ng_row_launch l = launch(ctx, p, vec_ok);
+  const ng_row_launch l = launch(ctx, p, vec_ok, false);
   ng_opts o;
   pass_opts(&o, &l, x.dtype, false, false, false);
   cl_program prog;
@@ -90,7 +92,7 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   size_t count;
   ng_status s = ng_check_rows(p->rows, p->n, &count);
   if (s != NG_SUCCESS) return s;
-  const ng_row_launch l = launch(ctx, p, true);
+  const ng_row_launch l = launch(ctx, p, true, true);
   *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
   return NG_SUCCESS;
 }
@@ -122,7 +124,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                       ng_vec_aligned(ctx, dx, p->n, 8);
-  const ng_row_launch l = launch(ctx, p, vec_ok);
+  const ng_row_launch l = launch(ctx, p, vec_ok, true);
   ng_opts o;
   pass_opts(&o, &l, x.dtype, true, compute_dw, compute_db);
   cl_program prog, rprog = NULL;
@@ -167,11 +169,13 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
   ng_status s = NG_SUCCESS;
   for (int aligned = 1; aligned >= 0; aligned--)
     for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
-      const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
+      const ng_row_launch lf = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
+      const ng_row_launch lb =
+          ng_choose_row_launch_k(ctx, NULL, (size_t)1 << 20, n, aligned != 0, NG_ROWS_POLY_BWD);
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
           ng_opts o;
-          pass_opts(&o, &l, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
+          pass_opts(&o, v > 0 ? &lb : &lf, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
           s = fn(ctx, "polynorm", &o, user);
         }
     }
