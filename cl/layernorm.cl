@@ -411,7 +411,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                  __global const WT *w, ulong w_off, __global const float *mean, ulong mean_off,
                  __global const float *rstd, ulong rstd_off, __global XT *dx, ulong dx_off,
-                 __global float *part, ulong part_off, uint rows, uint n) {
+                 __global float *part, ulong part_off, uint rows, uint n, NG_FUSED_ARGS) {
   __local float2 red[WG];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -421,6 +421,15 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   mean += mean_off;
   rstd += rstd_off;
   dx += dx_off;
+#if FUSED_RED && NEED_PART && WG > 1
+#define LN_FUSED_REDUCE()                                                                            \
+  ng_fused_reduce(fsync + fsync_off, part + part_off, n,                                              \
+                  part + part_off + (COMPUTE_DW ? (ulong)get_num_groups(0) * n : 0), n, COMPUTE_DW,  \
+                  COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,                    \
+                  (__local float *)red)
+#else
+#define LN_FUSED_REDUCE() NG_FUSED_UNUSED()
+#endif
 #if NEED_PART
   __global float *prow = part + part_off + (ulong)get_group_id(0) * n;
 #else
@@ -481,6 +490,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       LN_BWD_VEC(i);
     }
   }
+  NG_FUSED_UNUSED();
 #else
   if (nv <= (uint)(WG * REG)) { /* the row (and its partials) fit in registers */
 #if REG == 1 && HAS_W
@@ -574,6 +584,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       }
     }
 #endif
+    LN_FUSED_REDUCE();
     return;
   }
 
@@ -592,6 +603,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
     for (uint i = lid; i < nv; i += WG) LN_BWD_VEC(i);
   }
+  LN_FUSED_REDUCE();
 #endif
 }
 

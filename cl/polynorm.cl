@@ -266,7 +266,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                 __global const uchar *w, ulong w_off, int pdt, __global const float *rstd,
                 ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part_dw,
-                ulong pdw_off, __global float *part_db, ulong pdb_off, uint rows, uint n) {
+                ulong pdw_off, __global float *part_db, ulong pdb_off, uint rows, uint n,
+                NG_FUSED_ARGS) {
   __local float4 red4[WG];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -377,5 +378,13 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
     part_db[pdb_off + g] = dbs;
 #endif
   }
+#if FUSED_RED && (COMPUTE_DW || COMPUTE_DB) && WG > 1
+  /* three dW columns and one dB: the host gives one reducer */
+  ng_fused_reduce(fsync + fsync_off, part_dw + pdw_off, 3, part_db + pdb_off, 1, COMPUTE_DW,
+                  COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,
+                  (__local float *)red4);
+#else
+  NG_FUSED_UNUSED();
+#endif
 }
 #endif

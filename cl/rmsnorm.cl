@@ -340,7 +340,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
         __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
         __global XT *dx, ulong dx_off, __global float *part, ulong part_off, uint rows, uint n,
-        float offset, int mode
+        float offset, int mode, NG_FUSED_ARGS
 #if HAS_DS
         , __global const XT *ds, ulong ds_off
 #endif
@@ -506,6 +506,12 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     }
   }
 #endif
+#endif
+#if FUSED_RED && COMPUTE_DW && WG > 1
+  ng_fused_reduce(fsync + fsync_off, part + part_off, n, part, 0, true, false, fdw + fdw_off, fdb,
+                  facc, fcw, freducers, red);
+#else
+  NG_FUSED_UNUSED();
 #endif
 }
 

@@ -186,7 +186,10 @@ typedef enum ng_tune {
   NG_TUNE_REG_COLS = 4,    /* column slots per work-item kept in registers (1, 2, 4, 8) */
   NG_TUNE_PREFETCH = 5,    /* 1 = off, 2 = each group prefetches its next row into the L2
                               cache while it reduces the current one (NVIDIA only) */
-  NG_TUNE_TABLE = 6        /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
+  NG_TUNE_TABLE = 6,       /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
+  NG_TUNE_FUSED_REDUCE = 7 /* 1 = parameter gradients summed by a separate kernel, 2 = by the
+                              last work-groups of the backward kernel itself (AUTO: on NVIDIA);
+                              GPU-shaped launches only, not in the tuned table */
 } ng_tune;
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
 

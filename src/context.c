@@ -205,6 +205,7 @@ ng_status ng_context_create_default(ng_context **out) {
 
 void ng_context_release(ng_context *ctx) {
   if (!ctx) return;
+  ng_fused_release(ctx);
   ng_program_cache_clear(ctx);
   ng_disk_cache_free(ctx);
   free(ctx->tuned);
@@ -244,6 +245,11 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
     if (value != NG_TUNE_AUTO && value != 1 && value != 2)
       return ng_fail(NG_ERR_INVALID_VALUE, "prefetch %u must be 1 (off) or 2 (on)", value);
     break;
+  case NG_TUNE_FUSED_REDUCE:
+    if (value > 2)
+      return ng_fail(NG_ERR_INVALID_VALUE, "fused reduce %u must be 1 (off) or 2 (on)", value);
+    ctx->fused_reduce = value;
+    return NG_SUCCESS;
   default:
     return ng_fail(NG_ERR_INVALID_VALUE, "unknown tuning parameter %d", (int)what);
   }
@@ -370,6 +376,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
   /* frozen backward has no partials: the caller passes backward=false for it */
   if (tune[NG_TUNE_GROUPS]) g = tune[NG_TUNE_GROUPS];
+  l.grid = g < UINT32_MAX / 1024 ? (unsigned)g : UINT32_MAX / 1024;
   if (g > rows) g = rows;
   if (g > UINT32_MAX / 1024) g = UINT32_MAX / 1024; /* global size = groups·wg fits 32 bits */
   if (g == 0) g = 1;
@@ -419,4 +426,98 @@ void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
   if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);
   if (l->prefetch) ng_opts_add(o, "PREFETCH", 1);
+}
+
+/* ---- in-kernel reductions ------------------------------------------------------------------ */
+/* Blocks and reducers of an in-kernel reduction (cl/ng_common.clh): at most half the compute
+ * units wait (so the groups they wait for have room to run), one on a CPU, where PoCL runs
+ * work-groups on as many threads as cores. Blocks of at least 32 columns (a warp's coalesced 128
+ * bytes), or the whole row when shorter; wider while there are more blocks than reducers, up to
+ * the work-group. */
+static void fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
+                        size_t sections, size_t *cw_out, size_t *reducers) {
+  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  size_t cmax = cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
+  if (cmax > l->groups) cmax = l->groups;
+  size_t cw = 1;
+  while (cw < ncols && cw < 32) cw *= 2;
+  while (cw < l->wg && sections * ((ncols + cw - 1) / cw) > cmax) cw *= 2;
+  if (cw > l->wg) cw = l->wg;
+  const size_t blocks = sections * ((ncols + cw - 1) / cw);
+  *cw_out = cw;
+  *reducers = blocks < cmax ? blocks : cmax;
+}
+
+/* The default keeps the separate kernel where a reducer's thread would sum more than this many
+ * partial rows in sequence: the reducers are the main kernel's work-groups, often narrow, and
+ * their chains of L2 loads then outlast the launch they save. H100, bf16, with dW, separate ->
+ * in-kernel: 264 rows a thread (every op at N = 1024) 81 -> 89 us (RMSNorm), 88 -> 97
+ * (LayerNorm); 66 (LayerNorm 4096, RMSNorm 16384) 95 -> 111, 92 -> 100; 33 (RMSNorm 4096,
+ * 8192, LayerNorm 8192) 82.6 -> 80.9, 88.3 -> 87.6, 97.4 -> 90.7, fused add 8192 109 -> 113;
+ * 17 (PolyNorm 4096, 8192) 93.4 -> 89.8, 101.6 -> 95.7. The chain is taken on the grid before
+ * the cap at the row count, so the choice (a build option) does not depend on the batch. */
+#define NG_FUSED_MAX_CHAIN 40
+
+bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
+                     size_t sections) {
+  if (l->wg < 2 || ncols == 0 || sections == 0) return false; /* the CPU shape: separate kernel */
+  if (ctx->fused_reduce) return ctx->fused_reduce == 2;
+  if (!l->nv_shfl) return false; /* measured on NVIDIA only */
+  ng_row_launch full = *l;
+  full.groups = l->grid > l->groups ? l->grid : l->groups;
+  size_t cw, reducers;
+  fused_shape(ctx, &full, ncols, sections, &cw, &reducers);
+  const size_t slices = l->wg / cw;
+  return (full.groups + slices - 1) / slices <= NG_FUSED_MAX_CHAIN;
+}
+
+/* The counter slot of queue q (index into sync_buf's pairs), or -1. Called under ctx->lock. */
+static int sync_slot(ng_context *ctx, cl_command_queue q, ng_status *s) {
+  *s = NG_SUCCESS;
+  for (unsigned i = 0; i < ctx->n_sync_queues; i++)
+    if (ctx->sync_queues[i] == q) return (int)i;
+  if (ctx->n_sync_queues == NG_SYNC_QUEUES) return -1;
+  if (!ctx->sync_buf) {
+    /* made from zeros on the host side: no enqueue, so no ordering with the caller's queue */
+    static const cl_uint zeros[2 * NG_SYNC_QUEUES];
+    cl_int e = CL_SUCCESS;
+    ctx->sync_buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                   sizeof zeros, (void *)zeros, &e);
+    if (!ctx->sync_buf) {
+      *s = ng_fail(e, "clCreateBuffer(%zu bytes) for the reduction counters failed", sizeof zeros);
+      return -1;
+    }
+  }
+  cl_int e = clRetainCommandQueue(q);
+  if (e != CL_SUCCESS) return -1;
+  ctx->sync_queues[ctx->n_sync_queues] = q;
+  return (int)ctx->n_sync_queues++;
+}
+
+ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
+                        size_t sections, ng_fused *out) {
+  memset(out, 0, sizeof *out);
+  out->cw = 1;
+  out->reducers = 1;
+  if (!ng_fused_wanted(ctx, l, ncols, sections)) return NG_SUCCESS;
+  ng_status s;
+  pthread_mutex_lock(&ctx->lock);
+  const int slot = sync_slot(ctx, q, &s);
+  pthread_mutex_unlock(&ctx->lock);
+  if (slot < 0) return s;
+  size_t cw, reducers;
+  fused_shape(ctx, l, ncols, sections, &cw, &reducers);
+  out->on = true;
+  out->sync = ctx->sync_buf;
+  out->sync_off = 2 * (cl_ulong)slot;
+  out->cw = (cl_uint)cw;
+  out->reducers = (cl_uint)reducers;
+  return NG_SUCCESS;
+}
+
+void ng_fused_release(ng_context *ctx) {
+  for (unsigned i = 0; i < ctx->n_sync_queues; i++) clReleaseCommandQueue(ctx->sync_queues[i]);
+  ctx->n_sync_queues = 0;
+  if (ctx->sync_buf) clReleaseMemObject(ctx->sync_buf);
+  ctx->sync_buf = NULL;
 }

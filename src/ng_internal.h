@@ -48,7 +48,7 @@ typedef struct ng_disk_cache {
   uint64_t misses, stores, rejects, errors; /* hits are ng_context.disk_hits */
 } ng_disk_cache;
 
-#define NG_TUNE_SLOTS 7 /* ng_tune values index these */
+#define NG_TUNE_SLOTS 7 /* ng_tune values index these (NG_TUNE_FUSED_REDUCE has its own field) */
 typedef struct ng_tuned_entry {
   int kind;       /* index into tuning.c's kind table */
   unsigned log2n; /* row-length bucket */
@@ -66,6 +66,8 @@ typedef struct ng_kernel_slot {
   struct ng_kernel_slot *next;
 } ng_kernel_slot;
 
+#define NG_SYNC_QUEUES 64 /* queues per context with in-kernel reductions; others launch the
+                             separate reduction kernel */
 struct ng_context {
   cl_context cl_ctx;
   cl_device_id device;
@@ -80,6 +82,13 @@ struct ng_context {
   struct ng_src_hash *src_hashes; /* per source name, hashed once (guarded by `lock`) */
   uint64_t programs_built, cache_hits, disk_hits;
   ng_disk_cache disk; /* settings and counters guarded by `lock` */
+  unsigned fused_reduce; /* NG_TUNE_FUSED_REDUCE: 0 auto, 1 off, 2 on (not in the tuned table) */
+  /* In-kernel reductions' counters (cl/ng_common.clh): two uints per queue, zero between
+   * launches, in one buffer made on first use. Each queue seen is retained so that its address
+   * cannot name another queue while it is listed. Guarded by `lock`. */
+  cl_mem sync_buf;
+  cl_command_queue sync_queues[NG_SYNC_QUEUES];
+  unsigned n_sync_queues;
 };
 
 /* Build options: integer -D defines only, so no locale can change a build. */
@@ -215,6 +224,7 @@ void ng_scratch_release(ng_scratch *s);
 typedef struct ng_row_launch {
   unsigned wg;       /* work-items per group */
   unsigned groups;   /* persistent groups */
+  unsigned grid;     /* the groups before the cap at the row count (a fact of the device and n) */
   unsigned vec;      /* 8 or 1 */
   unsigned reg_cols; /* vector slots per work-item held in registers */
   bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
@@ -234,6 +244,27 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
                               size_t sections, size_t row_floats, size_t *bytes);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
+
+/* ---- in-kernel final reduction of parameter partials (FUSED_RED, cl/ng_common.clh) --------- */
+typedef struct ng_fused {
+  bool on;            /* FUSED_RED=1: no separate ng_reduce_partials launch */
+  cl_mem sync;        /* the queue's two counters (NULL when off) */
+  cl_ulong sync_off;  /* in uints */
+  cl_uint cw;         /* columns per reducer block (a power of two <= wg) */
+  cl_uint reducers;   /* groups that sum the partials: the last to finish */
+} ng_fused;
+/* Whether a GPU-shaped launch `l` whose groups each leave `sections` rows of `ncols` partials
+ * reduces in-kernel: NG_TUNE_FUSED_REDUCE when set, else on NVIDIA where each reducer thread's
+ * chain of partial rows is short (measured there). Build options depend on it, so the variant
+ * lists call it too. */
+bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
+                     size_t sections);
+/* The plan of a launch whose groups each leave `sections` rows of `ncols` partials: off when not
+ * wanted or when `q` gets no counters (more than NG_SYNC_QUEUES queues); errors only from making
+ * the counter buffer. */
+ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
+                        size_t sections, ng_fused *out);
+void ng_fused_release(ng_context *ctx);
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
 /* The same from dtypes alone (variant enumeration has no tensors): has_w false = no weight. */

@@ -34,10 +34,14 @@ ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *or
       return ng_fail(NG_ERR_INVALID_VALUE, "%s: '%s' is not a number", origin, eq + 1);
     size_t k = 0;
     while (k < sizeof tune_names / sizeof tune_names[0] && strcmp(tune_names[k].name, item)) k++;
-    if (k == sizeof tune_names / sizeof tune_names[0])
+    /* reduce= is an override only: the tuned table's lines have no such field */
+    const bool reduce = strcmp(item, "reduce") == 0;
+    if (k == sizeof tune_names / sizeof tune_names[0] && !reduce)
       return ng_fail(NG_ERR_INVALID_VALUE,
-                     "%s: unknown name '%s' (wg, groups, vec, reg, prefetch, table)", origin, item);
-    ng_status s = ng_context_override(ctx, tune_names[k].what, (unsigned)v);
+                     "%s: unknown name '%s' (wg, groups, vec, reg, prefetch, table, reduce)",
+                     origin, item);
+    ng_status s = ng_context_override(ctx, reduce ? NG_TUNE_FUSED_REDUCE : tune_names[k].what,
+                                      (unsigned)v);
     if (s != NG_SUCCESS) {
       char why[256];
       snprintf(why, sizeof why, "%s", ng_last_error_detail());

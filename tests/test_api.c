@@ -155,6 +155,8 @@ static void test_profile(void **state) {
   cl_mem r = ng_test_upload(NG_F32, NULL, 4, 0, 0), dw = ng_test_upload(NG_F32, NULL, 256, 0, 0);
   cl_mem w = ng_test_upload(NG_F32, NULL, 256, 0, 0);
   ng_rmsnorm_params p = {4, 256, 1e-6f, 0, NG_CAST_LLAMA};
+  /* the dW reduction as its own kernel, whatever this device's default (counted below) */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 1));
   NG_OK(ng_profile_begin());
   NG_OK(ng_rmsnorm_forward(e->ctx, pq, &p, ng_tensor_of(x, 0, NG_F32), ng_tensor_of(w, 0, NG_F32),
                            ng_tensor_of(y, 0, NG_F32), ng_tensor_of(r, 0, NG_F32), 0, NULL, NULL));
@@ -197,6 +199,20 @@ static void test_profile(void **state) {
     }
     if (cap >= 3) assert_true(sum == ns);
   }
+  /* summed in the backward kernel (NG_TUNE_FUSED_REDUCE = 2, with the GPU shape): one kernel */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 32));
+  NG_OK(ng_profile_begin());
+  NG_OK(ng_rmsnorm_backward(e->ctx, pq, &p, ng_tensor_of(x, 0, NG_F32), ng_tensor_of(x, 0, NG_F32),
+                            ng_tensor_of(w, 0, NG_F32), ng_tensor_of(r, 0, NG_F32),
+                            ng_tensor_of(y, 0, NG_F32), ng_tensor_of(dw, 0, NG_F32), 0,
+                            ng_tensor_none(), 0, NULL, NULL));
+  const char *name1[1] = {"unset"};
+  NG_OK(ng_profile_end_each(&ns, &k, NULL, name1, 1));
+  assert_int_equal(k, 1);
+  assert_string_equal(name1[0], "ng_rmsnorm_bwd");
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(r), clReleaseMemObject(dw);
   clReleaseMemObject(w);
   clReleaseCommandQueue(pq);

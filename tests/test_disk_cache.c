@@ -191,6 +191,8 @@ static ng_context *ctx_with(const char *dir) {
   ng_context *c = NULL;
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
   NG_OK(ng_context_set_cache_dir(c, dir));
+  /* program counts below include the separate dW reduction, whatever the device's default */
+  NG_OK(ng_context_override(c, NG_TUNE_FUSED_REDUCE, 1));
   return c;
 }
 
@@ -480,6 +482,7 @@ static void test_env_and_off(void **state) {
   ng_test_env *e = ng_test_env_get();
   ng_context *c = NULL;
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  NG_OK(ng_context_override(c, NG_TUNE_FUSED_REDUCE, 1)); /* as ctx_with */
   NG_OK(ng_context_get_cache_dir(c, got, sizeof got));
   assert_string_equal(got, "");
   static rms_out o;
@@ -490,6 +493,7 @@ static void test_env_and_off(void **state) {
   /* The default folder from the environment is used (and created) by a new context. */
   set_env("NORMGRAD_CACHE_DIR", NULL);
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  NG_OK(ng_context_override(c, NG_TUNE_FUSED_REDUCE, 1)); /* as ctx_with */
   NG_OK(ng_context_get_cache_dir(c, got, sizeof got));
   assert_string_equal(got, want);
   run_ok(c, NG_F32, false, &o);
@@ -883,6 +887,14 @@ static void test_prebuild_gpu_shapes(void **state) {
             ng_opts_init(&o);
             ng_row_opts_dt(&o, &l, fl[xi], wi >= 0, wi >= 0 ? fl[wi] : NG_F32);
             if (pass) ng_opts_add(&o, "COMPUTE_DW", pass == 2);
+            /* rmsnorm.c: dW summed in-kernel where wanted (for its grid of 2^20 rows) and not
+             * split */
+            const ng_row_launch lv =
+                ng_choose_row_launch(c, (size_t)1 << 20, ns[i], aligned, NG_ROWS_BWD_DW);
+            size_t nb, rg;
+            if (pass == 2 && ng_fused_wanted(c, &lv, ns[i], 1) &&
+                !ng_col_split(c, &lv, (size_t)1 << 20, ns[i], &nb, &rg))
+              ng_opts_add(&o, "FUSED_RED", 1);
             if (pass) ng_opts_add(&o, "RAW_ROWS", pass == 2 && l.reg_cols >= 4); /* rmsnorm.c */
             if (!listed_opts(&set, &o)) fail_msg("n=%zu: '%s' is not enumerated", ns[i], o.text);
           }

@@ -234,6 +234,32 @@ static void test_shapes(void **state) {
 
 /* The GPU-shaped kernels (a row per work-group, local-memory reductions, dW in registers or in
  * the partial row) on whatever device runs the tests. */
+/* dW summed by the backward kernel's last groups (NG_TUNE_FUSED_REDUCE, the default on NVIDIA):
+ * one group, a few, more groups than rows; with and without ds_out; accumulate. */
+static void test_fused_reduce(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  const unsigned groups[] = {1, 5, 40};
+  const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
+  uint64_t seed = 800;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      fa_case c = {shapes[i][0], shapes[i][1], (ng_dtype)((g + i) % 3), (int)((g + 2 * i) % 3),
+                   (ng_casting_mode)(i % 3), false, (g + i) % 2 == 1, i != 1, g == 1,
+                   i == 1 ? 3 : 0, 0.5f, 1e-5f, seed++};
+      run_case(&c);
+    }
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+}
+
 static void test_workgroup_shape(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -647,6 +673,7 @@ int main(void) {
       cmocka_unit_test(test_errors),        cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_workgroup_shape), cmocka_unit_test(test_finite_difference),
       cmocka_unit_test(test_deterministic), cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_fused_reduce),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -313,6 +313,35 @@ static void test_workgroup_shape(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
 }
 
+/* dW and dB summed by the backward kernel's last groups (NG_TUNE_FUSED_REDUCE, the default on
+ * NVIDIA): one group, a few, more groups than rows; both gradients, each alone (the other frozen
+ * or absent), accumulate; vector and scalar rows. */
+static void test_fused_reduce(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  const unsigned groups[] = {1, 5, 40};
+  const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
+  const size_t configs[] = {0, 1, 2, 5, 8, 11}; /* both, both +=, dB (W frozen), dW +=, W alone +=, B alone += */
+  uint64_t seed = 900;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++)
+      for (size_t k = (g + i) % 2; k < NG_ARRAY_LEN(configs); k += 2) {
+        ln_case c = make_case(shapes[i][0], shapes[i][1], (ng_dtype)((g + k) % 3),
+                              (ng_dtype)((g + i + k) % 3), &PARAMS[configs[k]], i == 1 ? 3 : 0,
+                              seed++);
+        run_case(&c);
+      }
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+}
+
 /* Backward is the gradient of forward: L = Σ y·g, checked by central differences in f32. */
 static double loss(ng_test_env *e, const ng_layernorm_params *p, const float *x, const float *w,
                    const float *b, const float *g) {
@@ -682,7 +711,7 @@ int main(void) {
       cmocka_unit_test(test_errors),          cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_large_mean),      cmocka_unit_test(test_workgroup_shape),
       cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
-      cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_shapes),          cmocka_unit_test(test_fused_reduce),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -226,6 +226,30 @@ static void test_workgroup_shape(void **state) {
     }
 }
 
+/* dW and dB summed by the backward kernel's last group (NG_TUNE_FUSED_REDUCE, the default on
+ * NVIDIA): one group, a few, more groups than rows; each gradient alone and both; accumulate.
+ * (On a CPU device PolyNorm keeps the separate kernel: src/ops/polynorm.c says why.) */
+static void test_fused_reduce(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  const unsigned groups[] = {1, 5, 40};
+  const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
+  uint64_t seed = 950;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      pn_case c = mk(shapes[i][0], shapes[i][1], (ng_dtype)((g + i) % 3),
+                     (ng_dtype)((g + 2 * i) % 3), i == 1 ? 3 : 0, seed++);
+      c.accumulate = (g + i) % 2 == 1;
+      c.freeze_w = i == 2;
+      c.freeze_b = g == 1 && i != 2;
+      run_case(&c);
+    }
+  }
+}
+
 /* Backward is the gradient of forward: L = Σ y·g by central differences in f32. */
 static double loss(ng_test_env *e, const ng_polynorm_params *p, const float *x, const float *w,
                    const float *b, const float *g) {
@@ -499,7 +523,8 @@ static void test_errors(void **state) {
 static int reset_overrides(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
-  const ng_tune all[] = {NG_TUNE_WORKGROUP, NG_TUNE_GROUPS, NG_TUNE_VECTOR, NG_TUNE_REG_COLS};
+  const ng_tune all[] = {NG_TUNE_WORKGROUP, NG_TUNE_GROUPS, NG_TUNE_VECTOR, NG_TUNE_REG_COLS,
+                         NG_TUNE_FUSED_REDUCE};
   for (size_t i = 0; i < NG_ARRAY_LEN(all); i++)
     if (ng_context_override(e->ctx, all[i], NG_TUNE_AUTO) != NG_SUCCESS) return -1;
   return 0;
@@ -522,6 +547,7 @@ int main(void) {
       T(test_deterministic),
       T(test_prebuild),
       T(test_shapes),
+      T(test_fused_reduce),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

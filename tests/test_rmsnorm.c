@@ -224,6 +224,35 @@ static void test_workgroup_shape(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
 }
 
+/* dW summed by the backward kernel's last groups (NG_TUNE_FUSED_REDUCE, the default on NVIDIA)
+ * instead of a separate kernel: the GPU shape with one group, a few, and more groups than rows;
+ * vector and scalar rows; every weight dtype, accumulate, offsets. Each case launches several
+ * backwards on one queue, so the kernel's counters must be back at zero after each. */
+static void test_fused_reduce(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  const unsigned groups[] = {1, 5, 40};
+  const size_t shapes[][2] = {{50, 1000}, {33, 77}, {300, 8}, {1, 1024}};
+  const ng_dtype wds[] = {NG_F32, NG_BF16, NG_F16};
+  uint64_t seed = 700;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      rms_case c = {shapes[i][0], shapes[i][1], (ng_dtype)((g + i) % 3), wds[(g + 2 * i) % 3],
+                    (ng_casting_mode)(i % 3), false, (g + i) % 2 == 1, i == 1 ? 5 : 0, 0.5f,
+                    1e-5f, seed++};
+      run_case(&c);
+    }
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+}
+
 /* Backward is the gradient of forward: L = Σ y·g, checked by central differences in f32 with
  * the gemma mode (no intermediate rounding) and a non-trivial offset. */
 static double loss(ng_test_env *e, const ng_rmsnorm_params *p, const float *x, const float *w,
@@ -349,7 +378,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matrix),          cmocka_unit_test(test_workgroup_shape),
       cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
-      cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_shapes),          cmocka_unit_test(test_fused_reduce),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }

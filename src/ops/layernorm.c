@@ -141,7 +141,11 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool split = partials && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row sums) */
   if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
+  ng_fused f = {0};
+  if (s == NG_SUCCESS && partials && !split)
+    s = ng_fused_plan(ctx, queue, &l, p->n, sections, &f);
   if (s != NG_SUCCESS) return s;
+  const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
   const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
   ng_opts o;
   ng_opts_init(&o);
@@ -149,10 +153,13 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   ng_row_opts(&o, &l, x.dtype, weight);
   ng_opts_add(&o, "COMPUTE_DW", compute_dw);
   ng_opts_add(&o, "COMPUTE_DB", compute_db);
+  if (f.on) ng_opts_add(&o, "FUSED_RED", 1);
+  /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
+  if (f.on && !weight.mem) ng_opts_add(&o, "G_DTYPE", dbias.dtype);
   cl_program prog, rw = NULL, rb = NULL;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
-  if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rw);
-  if (s == NG_SUCCESS && compute_db) s = ng_reduce_program(ctx, dbias.dtype, &rb);
+  if (s == NG_SUCCESS && sep_reduce && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rw);
+  if (s == NG_SUCCESS && sep_reduce && compute_db) s = ng_reduce_program(ctx, dbias.dtype, &rb);
   if (s != NG_SUCCESS) return s;
   ng_scratch sc;
   s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
@@ -162,11 +169,16 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
            ro = rstd.offset, dxo = dx.offset;
   cl_ulong po = sc.offset_bytes / 4;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
-  const ng_arg args[] = {NG_ARG(dy.mem),   NG_ARG(dyo), NG_ARG(x.mem),      NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo), NG_ARG(mean.mem),  NG_ARG(mo),
-                         NG_ARG(rstd.mem), NG_ARG(ro),  NG_ARG(dx.mem),     NG_ARG(dxo),
-                         NG_ARG(sc.mem),   NG_ARG(po),  NG_ARG(rows),       NG_ARG(n)};
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  cl_ulong dwo = dweight.offset, dbo = dbias.offset;
+  cl_int facc = acc ? 1 : 0;
+  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),        NG_ARG(x.mem),     NG_ARG(xo),
+                         NG_ARG(weight.mem),  NG_ARG(wo),         NG_ARG(mean.mem),  NG_ARG(mo),
+                         NG_ARG(rstd.mem),    NG_ARG(ro),         NG_ARG(dx.mem),    NG_ARG(dxo),
+                         NG_ARG(sc.mem),      NG_ARG(po),         NG_ARG(rows),      NG_ARG(n),
+                         NG_ARG(f.sync),      NG_ARG(f.sync_off), NG_ARG(dweight.mem), NG_ARG(dwo),
+                         NG_ARG(dbias.mem),   NG_ARG(dbo),        NG_ARG(facc),      NG_ARG(f.cw),
+                         NG_ARG(f.reducers)};
   if (split) {
     cl_ulong so = po + (cl_ulong)rgroups * sections * p->n; /* the row sums follow the partials */
     cl_uint nb = (cl_uint)nblocks;
@@ -187,13 +199,13 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                      NG_ARRAY_LEN(cargs), 0, NULL, NULL);
   } else {
     s = ng_enqueue(ctx, queue, prog, "ng_layernorm_bwd", (size_t)l.groups * l.wg, l.wg, args,
-                   NG_ARRAY_LEN(args), nwait, wait, partials ? NULL : event);
+                   NG_ARRAY_LEN(args), nwait, wait, sep_reduce ? NULL : event);
   }
   /* Sections of the scratch: dW partials first (when computed), then dB partials. */
-  if (s == NG_SUCCESS && compute_dw)
+  if (s == NG_SUCCESS && sep_reduce && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rw, sc.mem, po, part_rows, p->n, dweight, acc, 0,
                                    NULL, compute_db ? NULL : event);
-  if (s == NG_SUCCESS && compute_db)
+  if (s == NG_SUCCESS && sep_reduce && compute_db)
     s = ng_enqueue_reduce_partials(ctx, queue, rb, sc.mem,
                                    po + (compute_dw ? (size_t)part_rows * p->n : 0), part_rows,
                                    p->n, dbias, acc, 0, NULL, event);

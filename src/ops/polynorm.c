@@ -35,6 +35,35 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
+/* With the in-kernel reduction the gradients' dtype is built in (G_DTYPE); the weight's dtype is
+ * otherwise a kernel argument. */
+static void fused_opts(ng_opts *o, bool on, ng_dtype w_dtype) {
+  if (!on) return;
+  ng_opts_add(o, "FUSED_RED", 1);
+  ng_opts_add(o, "G_DTYPE", w_dtype);
+}
+
+/* Whether the backward reduces in-kernel: as ng_fused_wanted, but never on a CPU device, where
+ * PoCL 3.1 miscompiled this kernel with the reduction in it (crashes, with or without a loop
+ * over the blocks; the same code in rmsnorm.cl and layernorm.cl runs right there), and by
+ * default only with dW: dB alone measured slower in-kernel (H100, bf16, N = 4096: 79.7 -> 85.9
+ * us, where with dW 92.0 -> 87.7). */
+static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw) {
+  if (ctx->info.type & CL_DEVICE_TYPE_CPU) return false;
+  return ng_fused_wanted(ctx, l, 3, 1) && (dw || ctx->fused_reduce == 2);
+}
+
+/* The in-kernel reduction of a backward with partials: one reducer (four columns in all). */
+static ng_status fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, bool dw,
+                            bool db, ng_fused *f) {
+  const ng_fused off = {0};
+  *f = off;
+  ng_status s = (dw || db) && fused_wanted(ctx, l, dw) ? ng_fused_plan(ctx, q, l, 3, 1, f)
+                                                        : NG_SUCCESS;
+  f->reducers = 1;
+  return s;
+}
+
 /* The row launch of the forward (bwd false) or of the backward and its scratch query (the group
  * count, which sizes the partials, does not depend on alignment). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
@@ -125,12 +154,16 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                       ng_vec_aligned(ctx, dx, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok, true);
+  ng_fused f;
+  s = fused_plan(ctx, queue, &l, compute_dw, compute_db, &f);
+  if (s != NG_SUCCESS) return s;
+  const bool sep_reduce = (compute_dw || compute_db) && !f.on;
   ng_opts o;
   pass_opts(&o, &l, x.dtype, true, compute_dw, compute_db);
+  fused_opts(&o, f.on, weight.dtype);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
-  if (s == NG_SUCCESS && (compute_dw || compute_db))
-    s = ng_reduce_program(ctx, weight.dtype, &rprog);
+  if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, weight.dtype, &rprog);
   if (s != NG_SUCCESS) return s;
   const size_t groups = l.groups;
   ng_scratch sc;
@@ -143,18 +176,22 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   cl_mem mdw = compute_dw ? sc.mem : NULL, mdb = compute_db ? sc.mem : NULL;
   cl_int pdt = weight.dtype;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
-  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo),     NG_ARG(pdt),   NG_ARG(rstd.mem),
-                         NG_ARG(ro),         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
-                         NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
-                         NG_ARG(n)};
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  cl_ulong dwo = dweight.offset, dbo = dbias.offset;
+  cl_int facc = acc ? 1 : 0;
+  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),        NG_ARG(x.mem),       NG_ARG(xo),
+                         NG_ARG(weight.mem),  NG_ARG(wo),         NG_ARG(pdt),         NG_ARG(rstd.mem),
+                         NG_ARG(ro),          NG_ARG(dx.mem),     NG_ARG(dxo),         NG_ARG(mdw),
+                         NG_ARG(pdw),         NG_ARG(mdb),        NG_ARG(pdb),         NG_ARG(rows),
+                         NG_ARG(n),           NG_ARG(f.sync),     NG_ARG(f.sync_off),  NG_ARG(dweight.mem),
+                         NG_ARG(dwo),         NG_ARG(dbias.mem),  NG_ARG(dbo),         NG_ARG(facc),
+                         NG_ARG(f.cw),        NG_ARG(f.reducers)};
   s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
-                 nwait, wait, compute_dw || compute_db ? NULL : event);
-  if (s == NG_SUCCESS && compute_dw)
+                 nwait, wait, sep_reduce ? NULL : event);
+  if (s == NG_SUCCESS && sep_reduce && compute_dw)
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdw, l.groups, 3, dweight, acc, 0,
                                    NULL, compute_db ? NULL : event);
-  if (s == NG_SUCCESS && compute_db)
+  if (s == NG_SUCCESS && sep_reduce && compute_db)
     s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdb, l.groups, 1, dbias, acc, 0, NULL,
                                    event);
   ng_scratch_release(&sc);
@@ -176,7 +213,14 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
           ng_opts o;
           pass_opts(&o, v > 0 ? &lb : &lf, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
-          s = fn(ctx, "polynorm", &o, user);
+          if (v > 1 && fused_wanted(ctx, &lb, (v - 1) & 1)) /* with partials: the gradients' dtype too */
+            for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+              ng_opts of = o;
+              fused_opts(&of, true, fl[wi]);
+              s = fn(ctx, "polynorm", &of, user);
+            }
+          else
+            s = fn(ctx, "polynorm", &o, user);
         }
     }
   for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {

@@ -33,11 +33,12 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w
 }
 
 static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
-                     bool compute_dw, bool has_ds) {
+                     bool compute_dw, bool has_ds, bool fused_red) {
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, has_w, wd);
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
+  if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
   /* dy and x in their storage bits where the registers are shortest: measured on the H100
    * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68). Not elsewhere, where
    * the compiler's schedule came out slower (fused 8192 with dW 0.82 -> 0.71; frozen 32768,
@@ -190,12 +191,15 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const bool split = compute_dw && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row dots) */
   if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
+  ng_fused f = {0};
+  if (s == NG_SUCCESS && compute_dw && !split) s = ng_fused_plan(ctx, queue, &l, p->n, 1, &f);
   if (s != NG_SUCCESS) return s;
+  const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
-  bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds);
+  bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds, f.on);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
-  if (s == NG_SUCCESS && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
+  if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
   if (s != NG_SUCCESS) return s;
   ng_scratch sc;
   s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
@@ -206,11 +210,16 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float off = p->offset;
   cl_int mode = p->casting_mode;
-  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(rstd.mem), NG_ARG(ro),
-                         NG_ARG(dx.mem),     NG_ARG(dxo), NG_ARG(sc.mem),   NG_ARG(po),
-                         NG_ARG(rows),       NG_ARG(n),   NG_ARG(off),      NG_ARG(mode),
-                         NG_ARG(ds_out.mem), NG_ARG(dso)};
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  cl_ulong dwo = dweight.offset;
+  cl_int facc = acc ? 1 : 0;
+  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),      NG_ARG(x.mem),       NG_ARG(xo),
+                         NG_ARG(weight.mem),  NG_ARG(wo),       NG_ARG(rstd.mem),    NG_ARG(ro),
+                         NG_ARG(dx.mem),      NG_ARG(dxo),      NG_ARG(sc.mem),      NG_ARG(po),
+                         NG_ARG(rows),        NG_ARG(n),        NG_ARG(off),         NG_ARG(mode),
+                         NG_ARG(f.sync),      NG_ARG(f.sync_off), NG_ARG(dweight.mem), NG_ARG(dwo),
+                         NG_ARG(dweight.mem), NG_ARG(dwo),      NG_ARG(facc),        NG_ARG(f.cw),
+                         NG_ARG(f.reducers),  NG_ARG(ds_out.mem), NG_ARG(dso)};
   /* The last two arguments exist only in the HAS_DS variant. */
   const cl_uint nargs = (cl_uint)NG_ARRAY_LEN(args) - (has_ds ? 0 : 2);
   const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
@@ -237,11 +246,11 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   } else {
     s = ng_enqueue(ctx, queue, prog, has_ds ? "ng_fused_add_rmsnorm_bwd" : "ng_rmsnorm_bwd",
                    (size_t)l.groups * l.wg, l.wg, args, nargs, nwait, wait,
-                   compute_dw ? NULL : event);
+                   sep_reduce ? NULL : event);
   }
-  if (s == NG_SUCCESS && compute_dw)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, po, part_rows, p->n, dweight,
-                                   (flags & NG_ACCUMULATE_GRAD) != 0, 0, NULL, event);
+  if (s == NG_SUCCESS && sep_reduce)
+    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, po, part_rows, p->n, dweight, acc, 0,
+                                   NULL, event);
   ng_scratch_release(&sc);
   return s;
 }
@@ -309,6 +318,9 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
                                                      pass == 0   ? NG_ROWS_FWD
                                                      : pass == 1 ? NG_ROWS_BWD_FROZEN
                                                                  : NG_ROWS_BWD_DW);
+        size_t nb, rg;
+        const bool fused_red = pass == 2 && ng_fused_wanted(ctx, &l, n, 1) &&
+                               !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
@@ -316,7 +328,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
               ng_opts o;
               if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
-              else bwd_opts(&o, &l, fl[xi], has_w, wd, pass == 2, ds != 0);
+              else bwd_opts(&o, &l, fl[xi], has_w, wd, pass == 2, ds != 0, fused_red);
               if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
             }
           }
