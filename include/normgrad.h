@@ -308,8 +308,8 @@ NG_API ng_status ng_cache_clear(const char *dir, uint64_t *removed);
  *  device under its current ng_context_override settings — every activation dtype, weight dtype
  *  or no weight, frozen combination and vector width, and their gradient reductions — so later
  *  calls compile nothing. `op` is one of the names ng_prebuild_op_name lists ("rmsnorm",
- *  "fused-add-rmsnorm", "groupnorm", "polynorm"; LayerNorm and FLCE have no list of variants
- *  yet), or NULL for all of those. *programs (may be NULL) gets the number of distinct programs.
+ *  "fused-add-rmsnorm", "layernorm", "groupnorm", "polynorm"; FLCE has no list of variants yet),
+ *  or NULL for all of those. *programs (may be NULL) gets the number of distinct programs.
  *  Thread-safe. Errors: NG_ERR_NULL_HANDLE (ctx), NG_ERR_INVALID_VALUE for any other op name,
  *  a build failure as the op itself would return it, NG_ERR_HOST_OUT_OF_MEMORY. */
 NG_API ng_status ng_prebuild(ng_context *ctx, const char *op, unsigned *programs);

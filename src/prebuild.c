@@ -15,6 +15,7 @@
 #define NG_PREBUILD_OPS(X)                                                                       \
   X("rmsnorm", ng_rmsnorm_for_each_variant)                                                      \
   X("fused-add-rmsnorm", ng_fused_add_rmsnorm_for_each_variant)                                  \
+  X("layernorm", ng_layernorm_for_each_variant)                                                  \
   X("groupnorm", ng_groupnorm_for_each_variant)                                                  \
   X("polynorm", ng_polynorm_for_each_variant)
 

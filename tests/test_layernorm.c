@@ -424,6 +424,59 @@ static void test_finite_difference(void **state) {
 
 /* Same inputs, same bits: dW and dB have no float atomics; a caller's scratch gives the same
  * bits; the scratch size follows what is trained. */
+/* After ng_prebuild("layernorm"), no forward or backward of any x dtype, parameter set
+ * (weight and bias present or absent, each trained or frozen), parameter dtype or alignment gets
+ * a program it does not already hold. */
+static void test_prebuild(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_context *c = NULL; /* a context of its own: the shared one holds earlier tests' programs */
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  unsigned count = 0;
+  NG_OK(ng_prebuild(c, "layernorm", &count));
+  /* one launch shape on a CPU: 2 alignments × 3 x dtypes × (10 forwards: no weight with a bias of
+   * each dtype or none, a weight of each dtype with or without its bias; 14 backwards: frozen 4,
+   * dW 3, dB 3 + 1 without a weight, both 3) + 3 reductions */
+  if (e->is_cpu) assert_int_equal(count, 147);
+  ng_context_stats before, after;
+  NG_OK(ng_context_get_stats(c, &before));
+  const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  for (int xi = 0; xi < 3; xi++)
+    for (int wi = -1; wi < 3; wi++)
+      for (int bi = -1; bi < 3; bi++)
+        for (int t = 0; t < 4; t++) {
+          if (wi >= 0 && bi >= 0 && bi != wi) continue;
+          if ((t & 1 && wi < 0) || (t & 2 && bi < 0)) continue;
+          const size_t rows = 3, n = 40, cnt = rows * n, off = (size_t)(xi + wi + bi + t) % 2 * 3;
+          const ng_dtype xd = fl[xi], wd = fl[wi >= 0 ? wi : 0], bd = fl[bi >= 0 ? bi : 0];
+          cl_mem bx = ng_test_upload(xd, NULL, cnt, off, 0), by = ng_test_upload(xd, NULL, cnt, off, 0);
+          cl_mem bdx = ng_test_upload(xd, NULL, cnt, off, 0);
+          cl_mem bw = ng_test_upload(wd, NULL, n, off, 0), bb = ng_test_upload(bd, NULL, n, off, 0);
+          cl_mem bdw = ng_test_upload(wd, NULL, n, off, 0), bdb = ng_test_upload(bd, NULL, n, off, 0);
+          cl_mem bm = ng_test_upload(NG_F32, NULL, rows, off, 0);
+          cl_mem br = ng_test_upload(NG_F32, NULL, rows, off, 0);
+          ng_layernorm_params p = {rows, n, 1e-5f};
+          const ng_tensor tw = wi >= 0 ? ng_tensor_of(bw, off, wd) : ng_tensor_none();
+          const ng_tensor tb = bi >= 0 ? ng_tensor_of(bb, off, bd) : ng_tensor_none();
+          const ng_tensor tm = ng_tensor_of(bm, off, NG_F32), tr = ng_tensor_of(br, off, NG_F32);
+          NG_OK(ng_layernorm_forward(c, e->queue, &p, ng_tensor_of(bx, off, xd), tw, tb,
+                                     ng_tensor_of(by, off, xd), tm, tr, 0, NULL, NULL));
+          NG_OK(ng_layernorm_backward(
+              c, e->queue, &p, ng_tensor_of(by, off, xd), ng_tensor_of(bx, off, xd), tw, tb, tm,
+              tr, ng_tensor_of(bdx, off, xd), t & 1 ? ng_tensor_of(bdw, off, wd) : ng_tensor_none(),
+              t & 2 ? ng_tensor_of(bdb, off, bd) : ng_tensor_none(), 0, ng_tensor_none(), 0, NULL,
+              NULL));
+          CL_OK(clFinish(e->queue));
+          cl_mem ms[] = {bx, by, bdx, bw, bb, bdw, bdb, bm, br};
+          for (size_t i = 0; i < NG_ARRAY_LEN(ms); i++) clReleaseMemObject(ms[i]);
+        }
+  NG_OK(ng_context_get_stats(c, &after));
+  assert_int_equal(after.programs_built, before.programs_built);
+  assert_int_equal(after.disk_hits, before.disk_hits);
+  assert_int_equal(after.disk_misses, before.disk_misses);
+  ng_context_release(c);
+}
+
 static void test_deterministic(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -712,6 +765,7 @@ int main(void) {
       cmocka_unit_test(test_large_mean),      cmocka_unit_test(test_workgroup_shape),
       cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_shapes),          cmocka_unit_test(test_fused_reduce),
+      cmocka_unit_test(test_prebuild),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -19,6 +19,35 @@ static ng_status check_affine(ng_context *ctx, ng_tensor w, ng_tensor b, size_t 
   return s;
 }
 
+/* Build options of the forward and backward programs; the launch paths and
+ * ng_layernorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use.
+ * A dtype of -1 is an absent parameter. */
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, int bd) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, wd >= 0, wd >= 0 ? (ng_dtype)wd : NG_F32);
+  ng_opts_add(o, "HAS_B", bd >= 0);
+  /* the bias has the weight's dtype, except without a weight (W_DTYPE is then a placeholder) */
+  if (bd >= 0 && wd < 0) ng_opts_add(o, "B_DTYPE", bd);
+  /* w and b in registers across rows (cl/layernorm.cl) only for 16-bit rows in groups of 1024:
+   * such a group runs alone on its compute unit with or without them, whereas narrower groups
+   * lost resident groups to the 2·REG·8 extra registers (H100, bf16: 16384 0.71 -> 0.82 of copy;
+   * 4096 0.86 -> 0.78 and 8192 0.84 -> 0.73 had they been used there; f32 0.74 -> 0.71) */
+  ng_opts_add(o, "WREG", l->wg >= 1024 && l->reg_cols <= 2 && xd != NG_F32);
+}
+
+/* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
+ * (it only says whether dB may be asked for). */
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, bool dw, bool db,
+                     bool fused, ng_dtype gd) {
+  ng_opts_init(o);
+  ng_row_opts_dt(o, l, xd, wd >= 0, wd >= 0 ? (ng_dtype)wd : NG_F32);
+  ng_opts_add(o, "COMPUTE_DW", dw);
+  ng_opts_add(o, "COMPUTE_DB", db);
+  if (fused) ng_opts_add(o, "FUSED_RED", 1);
+  /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
+  if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
+}
+
 /* mean[rows] and rstd[rows], f32. */
 static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size_t rows) {
   ng_status s = ng_check_tensor(ctx, t, what, rows, true);
@@ -48,16 +77,7 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
   const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.fwd", p->rows, p->n, vec_ok,
                                                   ng_fwd_raw_mode(x.dtype));
   ng_opts o;
-  ng_opts_init(&o);
-  ng_row_opts(&o, &l, x.dtype, weight);
-  ng_opts_add(&o, "HAS_B", bias.mem ? 1 : 0);
-  /* the bias has the weight's dtype, except without a weight (W_DTYPE is then a placeholder) */
-  if (bias.mem && !weight.mem) ng_opts_add(&o, "B_DTYPE", bias.dtype);
-  /* w and b in registers across rows (cl/layernorm.cl) only for 16-bit rows in groups of 1024:
-   * such a group runs alone on its compute unit with or without them, whereas narrower groups
-   * lost resident groups to the 2·REG·8 extra registers (H100, bf16: 16384 0.71 -> 0.82 of copy;
-   * 4096 0.86 -> 0.78 and 8192 0.84 -> 0.73 had they been used there; f32 0.74 -> 0.71) */
-  ng_opts_add(&o, "WREG", l.wg >= 1024 && l.reg_cols <= 2 && x.dtype != NG_F32);
+  fwd_opts(&o, &l, x.dtype, weight.mem ? (int)weight.dtype : -1, bias.mem ? (int)bias.dtype : -1);
   cl_program prog;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
@@ -148,14 +168,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
   const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
   ng_opts o;
-  ng_opts_init(&o);
-  /* The bias is not read backward (it only says whether dB may be asked for). */
-  ng_row_opts(&o, &l, x.dtype, weight);
-  ng_opts_add(&o, "COMPUTE_DW", compute_dw);
-  ng_opts_add(&o, "COMPUTE_DB", compute_db);
-  if (f.on) ng_opts_add(&o, "FUSED_RED", 1);
-  /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
-  if (f.on && !weight.mem) ng_opts_add(&o, "G_DTYPE", dbias.dtype);
+  bwd_opts(&o, &l, x.dtype, weight.mem ? (int)weight.dtype : -1, compute_dw, compute_db, f.on,
+           compute_db ? dbias.dtype : NG_F32);
   cl_program prog, rw = NULL, rb = NULL;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rw);
@@ -212,3 +226,51 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   ng_scratch_release(&sc);
   return s;
 }
+
+/* Every program a LayerNorm call can pick on ctx's device: per alignment and row length (powers
+ * of two: on GPUs the work-group grows with the row), x dtype × weight (absent or a dtype) ×
+ * bias (absent, the weight's dtype, or any dtype without a weight) for the forward; for the
+ * backward each trained subset of those parameters (none trained is the frozen launch), with the
+ * in-kernel reduction where the launch takes it; and the gradient reductions. */
+ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (int aligned = 1; aligned >= 0; aligned--)
+    for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2)
+      for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
+        const ng_dtype xd = fl[xi];
+        const ng_row_launch lf =
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_fwd_raw_mode(xd));
+        const ng_row_launch lz =
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, NG_ROWS_BWD_FROZEN);
+        const ng_row_launch lp =
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, NG_ROWS_BWD_DW);
+        size_t nb, rg;
+        const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
+        for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)
+          for (int bi = -1; bi < 3 && s == NG_SUCCESS; bi++) {
+            if (wi >= 0 && bi >= 0 && bi != wi) continue; /* a bias has the weight's dtype */
+            ng_opts o;
+            fwd_opts(&o, &lf, xd, wi >= 0 ? (int)fl[wi] : -1, bi >= 0 ? (int)fl[bi] : -1);
+            s = fn(ctx, "layernorm", &o, user);
+            for (int t = 0; t < 4 && s == NG_SUCCESS; t++) { /* trained: none, dW, dB, both */
+              const bool dw = t & 1, db = t & 2;
+              if ((dw && wi < 0) || (db && bi < 0)) continue;
+              const bool part = dw || db;
+              const ng_row_launch *l = part ? &lp : &lz;
+              const bool fused = part && !split &&
+                                 ng_fused_wanted(ctx, l, n, (dw ? 1u : 0u) + (db ? 1u : 0u));
+              bwd_opts(&o, l, xd, wi >= 0 ? (int)fl[wi] : -1, dw, db, fused,
+                       bi >= 0 ? fl[bi] : NG_F32);
+              s = fn(ctx, "layernorm", &o, user);
+            }
+          }
+      }
+  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[wi]);
+    s = fn(ctx, "reduce", &o, user);
+  }
+  return s;
+}
+
