@@ -239,9 +239,7 @@ static void test_shapes(void **state) {
 static void test_fused_reduce(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  ng_test_fused_reduce_shape(e->ctx, 64, 2);
   const unsigned groups[] = {1, 5, 40};
   const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
   uint64_t seed = 800;
@@ -254,10 +252,7 @@ static void test_fused_reduce(void **state) {
       run_case(&c);
     }
   }
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  ng_test_reset_overrides(e->ctx);
 }
 
 static void test_workgroup_shape(void **state) {

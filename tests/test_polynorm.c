@@ -232,8 +232,7 @@ static void test_workgroup_shape(void **state) {
 static void test_fused_reduce(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  ng_test_fused_reduce_shape(e->ctx, 64, 0);
   const unsigned groups[] = {1, 5, 40};
   const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
   uint64_t seed = 950;
@@ -523,10 +522,7 @@ static void test_errors(void **state) {
 static int reset_overrides(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
-  const ng_tune all[] = {NG_TUNE_WORKGROUP, NG_TUNE_GROUPS, NG_TUNE_VECTOR, NG_TUNE_REG_COLS,
-                         NG_TUNE_FUSED_REDUCE};
-  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++)
-    if (ng_context_override(e->ctx, all[i], NG_TUNE_AUTO) != NG_SUCCESS) return -1;
+  ng_test_reset_overrides(e->ctx);
   return 0;
 }
 

@@ -41,6 +41,19 @@ void ng_test_env_release(void) {
   env_ready = false;
 }
 
+void ng_test_fused_reduce_shape(ng_context *ctx, unsigned wg, unsigned reg) {
+  NG_OK(ng_context_override(ctx, NG_TUNE_FUSED_REDUCE, 2));
+  NG_OK(ng_context_override(ctx, NG_TUNE_WORKGROUP, wg));
+  NG_OK(ng_context_override(ctx, NG_TUNE_REG_COLS, reg));
+}
+
+void ng_test_reset_overrides(ng_context *ctx) {
+  const ng_tune all[] = {NG_TUNE_WORKGROUP, NG_TUNE_GROUPS,   NG_TUNE_VECTOR,      NG_TUNE_REG_COLS,
+                         NG_TUNE_PREFETCH,  NG_TUNE_TABLE,    NG_TUNE_FUSED_REDUCE};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    NG_OK(ng_context_override(ctx, all[i], NG_TUNE_AUTO));
+}
+
 /* ---- conversions ------------------------------------------------------------------------------ */
 static uint32_t f2u(float f) {
   uint32_t u;
