@@ -427,6 +427,12 @@ static void test_prebuild(void **state) {
   ng_test_env *e = ng_test_env_get();
   ng_context *c = NULL; /* a context of its own: the shared one holds earlier tests' programs */
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  if (!e->is_cpu) { /* work-group, slots and prefetch follow the row length on GPUs: pinned, the
+                     * list stays small (about a thousand programs, minutes to build, without) */
+    NG_OK(ng_context_override(c, NG_TUNE_WORKGROUP, 64));
+    NG_OK(ng_context_override(c, NG_TUNE_REG_COLS, 2));
+    NG_OK(ng_context_override(c, NG_TUNE_PREFETCH, 1));
+  }
   unsigned count = 0;
   NG_OK(ng_prebuild(c, "layernorm", &count));
   /* one launch shape on a CPU: 2 alignments × 3 x dtypes × (10 forwards: no weight with a bias of
