@@ -379,7 +379,8 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
 #endif
   }
 #if FUSED_RED && (COMPUTE_DW || COMPUTE_DB) && WG > 1
-  /* three dW columns and one dB: the host gives one reducer */
+  /* dW's three columns and dB's one, a block each (the host plans blocks of four columns and
+   * so one reducer) */
   ng_fused_reduce(fsync + fsync_off, part_dw + pdw_off, 3, part_db + pdb_off, 1, COMPUTE_DW,
                   COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,
                   (__local float *)red4);

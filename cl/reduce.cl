@@ -7,7 +7,7 @@
  * GPU shape (RS > 1): a work-group of WGS = RS·CW work-items covers `cw` consecutive columns
  * (a kernel argument, a power of two ≤ CW) with WGS / cw row slices. Slice s sums rows
  * s, s + slices, … of its column, four loads in flight at a time (the sum itself stays in row
- * order); then the slices' sums meet in a fixed tree. Narrow column blocks give a small n (dW of
+ * order); then the slices' sums meet in a fixed tree (ng_slice_sum, ng_slice_tree). Narrow column blocks give a small n (dW of
  * a 1024-wide row, PolyNorm's 3 weights) enough work-groups and short enough loops that the
  * pass is not one long chain of dependent loads. The order depends only on (groups, n, cw),
  * which the host derives from the shape and the device: the same bits on every run. */
@@ -35,30 +35,11 @@ ng_reduce_partials(__global const float *part, ulong part_off, uint groups, uint
   for (uint g = 0; g < groups; g++) s += part[(ulong)g * n + j];
 #else
   __local float sums[WGS];
-  const uint slices = WGS / cw, col = lid % cw, slice = lid / cw;
-  const uint j = get_group_id(0) * cw + col;
-  float s = 0.0f;
-  if (j < n) {
-    __global const float *p = part + j;
-    uint g = slice;
-    for (; g + 3 * slices < groups; g += 4 * slices) {
-      const float a = p[(ulong)g * n], b = p[(ulong)(g + slices) * n];
-      const float c = p[(ulong)(g + 2 * slices) * n], d = p[(ulong)(g + 3 * slices) * n];
-      s += a;
-      s += b;
-      s += c;
-      s += d;
-    }
-    for (; g < groups; g += slices) s += p[(ulong)g * n];
-  }
-  sums[lid] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint w = slices / 2; w > 0; w >>= 1) {
-    if (slice < w) sums[lid] += sums[lid + w * cw];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
+  const uint slices = WGS / cw, slice = lid / cw;
+  const uint j = get_group_id(0) * cw + lid % cw;
+  float s = j < n ? ng_slice_sum(part + j, n, groups, slice, slices, 4) : 0.0f;
+  s = ng_slice_tree(s, cw, slices, sums);
   if (slice != 0 || j >= n) return;
-  s = sums[col];
 #endif
   if (accumulate) s = NG_LD1(W_DTYPE, out, j) + s;
   NG_ST1(W_DTYPE, out, j, s);

@@ -495,8 +495,13 @@ static int sync_slot(ng_context *ctx, cl_command_queue q, ng_status *s) {
 }
 
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
-                        size_t sections, ng_fused *out) {
+                        size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
   memset(out, 0, sizeof *out);
+  out->dw = dw.mem;
+  out->dw_off = dw.offset;
+  out->db = db.mem;
+  out->db_off = db.offset;
+  out->acc = acc ? 1 : 0;
   out->cw = 1;
   out->reducers = 1;
   if (!ng_fused_wanted(ctx, l, ncols, sections)) return NG_SUCCESS;

@@ -250,20 +250,28 @@ typedef struct ng_fused {
   bool on;            /* FUSED_RED=1: no separate ng_reduce_partials launch */
   cl_mem sync;        /* the queue's two counters (NULL when off) */
   cl_ulong sync_off;  /* in uints */
+  cl_mem dw, db;      /* the gradients (NULL when absent) and their element offsets */
+  cl_ulong dw_off, db_off;
+  cl_int acc;         /* add to them (NG_ACCUMULATE_GRAD) */
   cl_uint cw;         /* columns per reducer block (a power of two <= wg) */
   cl_uint reducers;   /* groups that sum the partials: the last to finish */
 } ng_fused;
+/* The kernel arguments NG_FUSED_ARGS (cl/ng_common.clh) of a plan, set on or off. */
+#define NG_FUSED_KARGS(f)                                                                          \
+  NG_ARG((f).sync), NG_ARG((f).sync_off), NG_ARG((f).dw), NG_ARG((f).dw_off), NG_ARG((f).db),     \
+      NG_ARG((f).db_off), NG_ARG((f).acc), NG_ARG((f).cw), NG_ARG((f).reducers)
 /* Whether a GPU-shaped launch `l` whose groups each leave `sections` rows of `ncols` partials
  * reduces in-kernel: NG_TUNE_FUSED_REDUCE when set, else on NVIDIA where each reducer thread's
  * chain of partial rows is short (measured there). Build options depend on it, so the variant
  * lists call it too. */
 bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
                      size_t sections);
-/* The plan of a launch whose groups each leave `sections` rows of `ncols` partials: off when not
- * wanted or when `q` gets no counters (more than NG_SYNC_QUEUES queues); errors only from making
- * the counter buffer. */
+/* The plan of a launch whose groups each leave `sections` rows of `ncols` partials, into the
+ * gradients dw and db (either may be absent): off when not wanted (sections 0 included) or when
+ * `q` gets no counters (more than NG_SYNC_QUEUES queues); its kernel arguments are set either
+ * way. Errors only from making the counter buffer. */
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
-                        size_t sections, ng_fused *out);
+                        size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
 void ng_fused_release(ng_context *ctx);
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);

@@ -161,9 +161,10 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool split = partials && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row sums) */
   if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
-  ng_fused f = {0};
-  if (s == NG_SUCCESS && partials && !split)
-    s = ng_fused_plan(ctx, queue, &l, p->n, sections, &f);
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  ng_fused f;
+  if (s == NG_SUCCESS)
+    s = ng_fused_plan(ctx, queue, &l, p->n, split ? 0 : sections, dweight, dbias, acc, &f);
   if (s != NG_SUCCESS) return s;
   const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
   const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
@@ -183,16 +184,11 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
            ro = rstd.offset, dxo = dx.offset;
   cl_ulong po = sc.offset_bytes / 4;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
-  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  cl_ulong dwo = dweight.offset, dbo = dbias.offset;
-  cl_int facc = acc ? 1 : 0;
-  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),        NG_ARG(x.mem),     NG_ARG(xo),
-                         NG_ARG(weight.mem),  NG_ARG(wo),         NG_ARG(mean.mem),  NG_ARG(mo),
-                         NG_ARG(rstd.mem),    NG_ARG(ro),         NG_ARG(dx.mem),    NG_ARG(dxo),
-                         NG_ARG(sc.mem),      NG_ARG(po),         NG_ARG(rows),      NG_ARG(n),
-                         NG_ARG(f.sync),      NG_ARG(f.sync_off), NG_ARG(dweight.mem), NG_ARG(dwo),
-                         NG_ARG(dbias.mem),   NG_ARG(dbo),        NG_ARG(facc),      NG_ARG(f.cw),
-                         NG_ARG(f.reducers)};
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(mean.mem), NG_ARG(mo),
+                         NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(dx.mem),   NG_ARG(dxo),
+                         NG_ARG(sc.mem),     NG_ARG(po),  NG_ARG(rows),     NG_ARG(n),
+                         NG_FUSED_KARGS(f)};
   if (split) {
     cl_ulong so = po + (cl_ulong)rgroups * sections * p->n; /* the row sums follow the partials */
     cl_uint nb = (cl_uint)nblocks;

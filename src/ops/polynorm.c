@@ -53,16 +53,6 @@ static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw)
   return ng_fused_wanted(ctx, l, 3, 1) && (dw || ctx->fused_reduce == 2);
 }
 
-/* The in-kernel reduction of a backward with partials: one reducer (four columns in all). */
-static ng_status fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, bool dw,
-                            bool db, ng_fused *f) {
-  const ng_fused off = {0};
-  *f = off;
-  ng_status s = (dw || db) && fused_wanted(ctx, l, dw) ? ng_fused_plan(ctx, q, l, 3, 1, f)
-                                                        : NG_SUCCESS;
-  f->reducers = 1;
-  return s;
-}
 
 /* The row launch of the forward (bwd false) or of the backward and its scratch query (the group
  * count, which sizes the partials, does not depend on alignment). */
@@ -154,8 +144,12 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                       ng_vec_aligned(ctx, dx, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok, true);
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  /* dW's three columns as one section (dB's one column rides in the same blocks) */
   ng_fused f;
-  s = fused_plan(ctx, queue, &l, compute_dw, compute_db, &f);
+  s = ng_fused_plan(ctx, queue, &l, 3,
+                    (compute_dw || compute_db) && fused_wanted(ctx, &l, compute_dw) ? 1 : 0,
+                    dweight, dbias, acc, &f);
   if (s != NG_SUCCESS) return s;
   const bool sep_reduce = (compute_dw || compute_db) && !f.on;
   ng_opts o;
@@ -176,16 +170,11 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   cl_mem mdw = compute_dw ? sc.mem : NULL, mdb = compute_db ? sc.mem : NULL;
   cl_int pdt = weight.dtype;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
-  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  cl_ulong dwo = dweight.offset, dbo = dbias.offset;
-  cl_int facc = acc ? 1 : 0;
-  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),        NG_ARG(x.mem),       NG_ARG(xo),
-                         NG_ARG(weight.mem),  NG_ARG(wo),         NG_ARG(pdt),         NG_ARG(rstd.mem),
-                         NG_ARG(ro),          NG_ARG(dx.mem),     NG_ARG(dxo),         NG_ARG(mdw),
-                         NG_ARG(pdw),         NG_ARG(mdb),        NG_ARG(pdb),         NG_ARG(rows),
-                         NG_ARG(n),           NG_ARG(f.sync),     NG_ARG(f.sync_off),  NG_ARG(dweight.mem),
-                         NG_ARG(dwo),         NG_ARG(dbias.mem),  NG_ARG(dbo),         NG_ARG(facc),
-                         NG_ARG(f.cw),        NG_ARG(f.reducers)};
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),     NG_ARG(pdt),   NG_ARG(rstd.mem),
+                         NG_ARG(ro),         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
+                         NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
+                         NG_ARG(n),          NG_FUSED_KARGS(f)};
   s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
                  nwait, wait, sep_reduce ? NULL : event);
   if (s == NG_SUCCESS && sep_reduce && compute_dw)

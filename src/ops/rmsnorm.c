@@ -191,8 +191,11 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const bool split = compute_dw && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row dots) */
   if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
-  ng_fused f = {0};
-  if (s == NG_SUCCESS && compute_dw && !split) s = ng_fused_plan(ctx, queue, &l, p->n, 1, &f);
+  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  ng_fused f;
+  if (s == NG_SUCCESS)
+    s = ng_fused_plan(ctx, queue, &l, p->n, compute_dw && !split ? 1 : 0, dweight,
+                      ng_tensor_none(), acc, &f);
   if (s != NG_SUCCESS) return s;
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
@@ -210,16 +213,11 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float off = p->offset;
   cl_int mode = p->casting_mode;
-  const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  cl_ulong dwo = dweight.offset;
-  cl_int facc = acc ? 1 : 0;
-  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),      NG_ARG(x.mem),       NG_ARG(xo),
-                         NG_ARG(weight.mem),  NG_ARG(wo),       NG_ARG(rstd.mem),    NG_ARG(ro),
-                         NG_ARG(dx.mem),      NG_ARG(dxo),      NG_ARG(sc.mem),      NG_ARG(po),
-                         NG_ARG(rows),        NG_ARG(n),        NG_ARG(off),         NG_ARG(mode),
-                         NG_ARG(f.sync),      NG_ARG(f.sync_off), NG_ARG(dweight.mem), NG_ARG(dwo),
-                         NG_ARG(dweight.mem), NG_ARG(dwo),      NG_ARG(facc),        NG_ARG(f.cw),
-                         NG_ARG(f.reducers),  NG_ARG(ds_out.mem), NG_ARG(dso)};
+  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                         NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(rstd.mem), NG_ARG(ro),
+                         NG_ARG(dx.mem),     NG_ARG(dxo), NG_ARG(sc.mem),   NG_ARG(po),
+                         NG_ARG(rows),       NG_ARG(n),   NG_ARG(off),      NG_ARG(mode),
+                         NG_FUSED_KARGS(f),  NG_ARG(ds_out.mem), NG_ARG(dso)};
   /* The last two arguments exist only in the HAS_DS variant. */
   const cl_uint nargs = (cl_uint)NG_ARRAY_LEN(args) - (has_ds ? 0 : 2);
   const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
