@@ -9,6 +9,8 @@
  *  - U > 1 (few large blocks): the first kernel writes one partial per unit to `part`, the second
  *    merges the block's U partials in unit order and runs the elementwise pass. Every unit of a
  *    block merges the same values in the same order, so all of them agree bit for bit.
+ *  - One pass (GPU forward, SLOTS > 0, see below): units held in registers exchange their
+ *    statistics through global memory, so x is read once.
  * Persistent grid: work-group i handles units i, i + groups, … . WG = 1 is a unit per work-item
  * (the CPU shape), WG > 1 a unit per work-group with local-memory reductions (the GPU shape).
  *
@@ -30,6 +32,11 @@
 #endif
 #ifndef COMPUTE_DB
 #define COMPUTE_DB 1
+#endif
+/* SLOTS > 0 (GPU, vector rows): also build the one-pass kernels, a unit of WG·SLOTS vectors per
+ * work-group held in registers */
+#ifndef SLOTS
+#define SLOTS 0
 #endif
 /* Vectors per work-item chunk of the statistics pass: a chunk's mean and squared deviations are
  * formed in registers (an exact two-pass over the chunk), then merged into running statistics. */
@@ -431,6 +438,181 @@ ng_groupnorm_fwd_apply(__global const XT *x, ulong x_off, __global const uchar *
              has_b);
   }
 }
+
+#if SLOTS > 0 && WG > 1 && VEC == 8
+/* ---- one pass (GPU) --------------------------------------------------------------------------
+ * The two-kernel forward reads x twice and its statistics kernel is a chain of merges; here a
+ * unit is WG·SLOTS vectors of one block, held in registers as storage bits, so x is read once.
+ *  - A work-group takes units in ticket order (sync[0]) and forms the unit's exact two-pass
+ *    statistics in registers, which it publishes to part[4·unit …].
+ *  - It then waits until the block's U units have published (sync[2 + 2·blk]) and merges the U
+ *    partials in unit order (every unit gets the same bits), then writes its y.
+ *  - Tickets are taken in order and a group publishes before it waits, so a unit that has not
+ *    published is either running or not yet taken, and nothing taken later is waited for by it;
+ *    the host keeps U at most half the compute units, so a block's units always fit at once.
+ *  - The last group of a block to leave (sync[3 + 2·blk]) and the group with the last ticket
+ *    put the counters back to zero for the next launch on this queue.
+ * S is a multiple of VEC, so a vector lies in one channel. */
+/* A unit's count, sum and squared deviations from its own mean (an exact two-pass over the
+ * registers r); idle slots hold zeros. */
+inline float4 gn_unit_stats(const NG_RAWV(DTYPE) *r, uint v0, uint nvb, __local float *red) {
+  const uint lid = get_local_id(0);
+  floatV acc = (floatV)(0.0f);
+#pragma unroll
+  for (int q = 0; q < SLOTS; q++) acc += NG_WIDENV(DTYPE, r[q]);
+  const uint cnt = min((uint)(WG * SLOTS), nvb - v0) * VEC;
+  const float sum = ng_wg_sum(ng_hsum(acc), red);
+  const float cm = sum / (float)cnt;
+  floatV m2 = (floatV)(0.0f);
+#pragma unroll
+  for (int q = 0; q < SLOTS; q++) {
+    const floatV d = NG_WIDENV(DTYPE, r[q]) - cm;
+    if (v0 + (uint)q * WG + lid < nvb) m2 = fma(d, d, m2);
+  }
+  return (float4)((float)cnt, sum, ng_wg_sum(ng_hsum(m2), red), 0.0f);
+}
+
+/* Publish a unit's (count, sum, M2), wait for the block's other units, and combine all U: the
+ * block's mean from the sum of the unit sums, its M2 as Σ M2_u + n_u·(mean_u − mean)², each a
+ * fixed-order work-group sum, so every unit gets the same bits. Returns (mean, rstd). */
+inline float2 gn_exchange(float4 mine, __global volatile uint *sync, __global float *part,
+                          uint blk, uint u, uint U, uint n, float eps, __local float *red) {
+  const uint lid = get_local_id(0);
+  __global volatile float *pb = (__global volatile float *)part + (ulong)blk * U * 4;
+  if (lid == 0) {
+    pb[4 * u] = mine.x, pb[4 * u + 1] = mine.y, pb[4 * u + 2] = mine.z;
+    NG_FENCE_DEVICE();
+    atomic_inc(&sync[2 + 2 * blk]);
+    while (atomic_or(&sync[2 + 2 * blk], 0u) < U) {
+    }
+    NG_FENCE_DEVICE();
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+  /* volatile loads: another group on this compute unit may hold the line from before it was
+   * complete */
+  float s = 0.0f, m = 0.0f;
+  const float nf = (float)n;
+  if (U <= WG) { /* one partial per work-item at most: read once */
+    const float c = lid < U ? pb[4 * lid] : 1.0f, su = lid < U ? pb[4 * lid + 1] : 0.0f;
+    const float mu = lid < U ? pb[4 * lid + 2] : 0.0f;
+    const float mean = ng_wg_sum(su, red) / nf, d = su / c - mean;
+    m = lid < U ? mu + c * d * d : 0.0f;
+    s = mean;
+  } else {
+    for (uint v = lid; v < U; v += WG) s += pb[4 * v + 1];
+    const float mean = ng_wg_sum(s, red) / nf;
+    for (uint v = lid; v < U; v += WG) {
+      const float c = pb[4 * v], d = pb[4 * v + 1] / c - mean;
+      m += pb[4 * v + 2] + c * d * d;
+    }
+    s = mean;
+  }
+  const float mean = s;
+  const float m2 = ng_wg_sum(m, red);
+  if (lid == 0 && atomic_inc(&sync[3 + 2 * blk]) == U - 1) {
+    atomic_xchg(&sync[2 + 2 * blk], 0u);
+    atomic_xchg(&sync[3 + 2 * blk], 0u);
+  }
+  return (float2)(mean, rsqrt(m2 / nf + eps));
+}
+
+/* The group's next unit (every work-item gets it), or units and beyond when none is left; the
+ * holder of the last ticket resets the ticket counter. */
+inline uint gn_ticket(__global volatile uint *sync, uint units, __local uint *tk) {
+  if (get_local_id(0) == 0) {
+    const uint t = atomic_inc(&sync[0]);
+    if (t == units + get_num_groups(0) - 1) atomic_xchg(&sync[0], 0u);
+    *tk = t;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return *tk; /* rewritten only after the unit's reductions, whose barriers come first */
+}
+
+/* The unit's vectors into registers (zeros past the block's end). */
+#define GN_LOAD_UNIT(r, xb, v0, nvb)                                                                 \
+  do {                                                                                               \
+    _Pragma("unroll") for (int q = 0; q < SLOTS; q++) {                                              \
+      const uint i_ = (v0) + (uint)q * WG + lid;                                                     \
+      (r)[q] = i_ < (nvb) ? NG_LDRV(DTYPE, xb, i_) : (NG_RAWV(DTYPE))(0);                           \
+    }                                                                                                \
+  } while (0)
+
+/* First kernel of the split forward on a GPU (replaces ng_groupnorm_fwd with split = 1): each
+ * unit's statistics from chunks of WG·SLOTS vectors held in registers (an exact two-pass per
+ * chunk, merged across chunks), so the loads of a chunk all go out at once instead of a chain of
+ * merges every CHV vectors. Same partial format, read by ng_groupnorm_fwd_apply. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_fwd_stats(__global const XT *x, ulong x_off, __global float *part, ulong part_off,
+                       uint units, uint Cg, uint S, uint U, uint k, uint P, uint Ls) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  x += x_off;
+  part += part_off;
+  for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
+    const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
+    __global const XT *xu = x + t.start;
+    const uint nv = t.nch * t.len / VEC;
+    gn_st run = {0u, 0.0f, 0.0f, 0.0f};
+    for (uint base = 0; base < nv; base += WG * SLOTS) {
+      NG_RAWV(DTYPE) r[SLOTS];
+      GN_LOAD_UNIT(r, xu, base, nv);
+      const float4 c = gn_unit_stats(r, base, nv, red);
+      run = gn_merge(run, (gn_st){(uint)c.x, c.y, 0.0f, c.z});
+    }
+    if (lid == 0) {
+      __global float *pp = part + (ulong)ug * 4;
+      pp[0] = as_float(run.n), pp[1] = run.hi, pp[2] = run.lo, pp[3] = run.m2;
+    }
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                     __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
+                     __global XT *y, ulong y_off, __global float *mean, ulong mean_off,
+                     __global float *rstd, ulong rstd_off, __global float *part, ulong part_off,
+                     __global volatile uint *sync, ulong sync_off, uint units, uint G, uint Cg,
+                     uint S, uint U, float eps) {
+  __local uint tk;
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  x += x_off;
+  y += y_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  part += part_off;
+  sync += sync_off;
+  const uint sv = S / VEC, nvb = Cg * sv;
+  uint ug = gn_ticket(sync, units, &tk);
+  NG_RAWV(DTYPE) r[SLOTS];
+  if (ug < units) GN_LOAD_UNIT(r, x + (ulong)(ug / U) * nvb * VEC, ug % U * (WG * SLOTS), nvb);
+  while (ug < units) {
+    const uint blk = ug / U, u = ug % U, v0 = u * (WG * SLOTS);
+    const float2 ms =
+        gn_exchange(gn_unit_stats(r, v0, nvb, red), sync, part, blk, u, U, nvb * VEC, eps, red);
+    const float mu = ms.x, rs = ms.y;
+    if (lid == 0 && u == 0) {
+      mean[blk] = mu;
+      rstd[blk] = rs;
+    }
+    __global XT *yb = y + (ulong)blk * nvb * VEC;
+    const uint ch0 = (blk % G) * Cg;
+    NG_UNROLL_STORES
+    for (int q = 0; q < SLOTS; q++) {
+      const uint i = v0 + (uint)q * WG + lid;
+      if (i < nvb) {
+        const uint ch = ch0 + i / sv;
+        const float wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;
+        const float bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;
+        const floatV xh = (NG_WIDENV(DTYPE, r[q]) - mu) * rs;
+        STX(yb, i, xh * wc + bc);
+      }
+    }
+    ug = gn_ticket(sync, units, &tk);
+    if (ug < units) GN_LOAD_UNIT(r, x + (ulong)(ug / U) * nvb * VEC, ug % U * (WG * SLOTS), nvb);
+  }
+}
+#endif
 
 #else
 /* ---- backward ---------------------------------------------------------------------------------

@@ -189,7 +189,9 @@ typedef enum ng_tune {
   NG_TUNE_TABLE = 6,       /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
   NG_TUNE_FUSED_REDUCE = 7 /* 1 = parameter gradients summed by a separate kernel, 2 = by the
                               last work-groups of the backward kernel itself (AUTO: on NVIDIA);
-                              GPU-shaped launches only, not in the tuned table */
+                              for GroupNorm's forward, 1 / 2 = the one-pass kernel off / on
+                              (AUTO: f32 x on NVIDIA); GPU-shaped launches only, not in the
+                              tuned table */
 } ng_tune;
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
 

@@ -520,7 +520,45 @@ ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch
   return NG_SUCCESS;
 }
 
+ng_status ng_sync_area(ng_context *ctx, cl_command_queue q, size_t n, cl_mem *mem) {
+  *mem = NULL;
+  ng_status s;
+  pthread_mutex_lock(&ctx->lock);
+  const int slot = sync_slot(ctx, q, &s);
+  if (slot >= 0 && ctx->sync_area_n[slot] < n) {
+    /* grown to a power of two, so a few sizes cover every shape; the old buffer lives on until
+     * the commands that use it finish (clReleaseMemObject's contract) */
+    size_t cap = 256;
+    while (cap < n) cap *= 2;
+    cl_uint *zeros = calloc(cap, sizeof *zeros);
+    cl_int e = CL_OUT_OF_HOST_MEMORY;
+    cl_mem m = zeros ? clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                      cap * sizeof *zeros, zeros, &e)
+                     : NULL;
+    free(zeros);
+    if (!m) {
+      s = zeros || e != CL_OUT_OF_HOST_MEMORY
+              ? ng_fail(e, "clCreateBuffer(%zu bytes) for the counters failed", cap * 4)
+              : ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "no memory for %zu counters", cap);
+      pthread_mutex_unlock(&ctx->lock);
+      return s;
+    }
+    if (ctx->sync_area[slot]) clReleaseMemObject(ctx->sync_area[slot]);
+    ctx->sync_area[slot] = m;
+    ctx->sync_area_n[slot] = cap;
+  }
+  if (slot >= 0 && clRetainMemObject(ctx->sync_area[slot]) == CL_SUCCESS)
+    *mem = ctx->sync_area[slot];
+  pthread_mutex_unlock(&ctx->lock);
+  return s;
+}
+
 void ng_fused_release(ng_context *ctx) {
+  for (unsigned i = 0; i < NG_SYNC_QUEUES; i++) {
+    if (ctx->sync_area[i]) clReleaseMemObject(ctx->sync_area[i]);
+    ctx->sync_area[i] = NULL;
+    ctx->sync_area_n[i] = 0;
+  }
   for (unsigned i = 0; i < ctx->n_sync_queues; i++) clReleaseCommandQueue(ctx->sync_queues[i]);
   ctx->n_sync_queues = 0;
   if (ctx->sync_buf) clReleaseMemObject(ctx->sync_buf);

@@ -89,6 +89,10 @@ struct ng_context {
   cl_mem sync_buf;
   cl_command_queue sync_queues[NG_SYNC_QUEUES];
   unsigned n_sync_queues;
+  /* Per queue slot, a larger counter area (GroupNorm's one-pass kernels: one pair per block),
+   * zero between launches, grown by replacement; sync_area_n counts its uints. */
+  cl_mem sync_area[NG_SYNC_QUEUES];
+  size_t sync_area_n[NG_SYNC_QUEUES];
 };
 
 /* Build options: integer -D defines only, so no locale can change a build. */
@@ -273,6 +277,11 @@ bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
                         size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
 void ng_fused_release(ng_context *ctx);
+/* A counter area of at least n uints that belongs to queue q alone and is zero when a launch
+ * starts (the kernels that use it leave it zero), made from host zeros (no enqueue). *mem is
+ * retained for the caller, who releases it after the enqueue, or NULL when q gets no slot
+ * (more than NG_SYNC_QUEUES queues). Errors only from making the buffer. */
+ng_status ng_sync_area(ng_context *ctx, cl_command_queue q, size_t n, cl_mem *mem);
 /* Options every row program shares: DTYPE, W_DTYPE, HAS_W, VEC, WG, REG (+ NG_NV_SHFL). */
 void ng_row_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, ng_tensor weight);
 /* The same from dtypes alone (variant enumeration has no tensors): has_w false = no weight. */

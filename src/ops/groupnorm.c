@@ -4,6 +4,8 @@
 /* Units smaller than this are not worth a work-group of their own (unless the caller forces a
  * group count with NG_TUNE_GROUPS, which the tests use to reach the split path on small shapes). */
 #define GN_MIN_UNIT 16384u
+/* Smallest unit of whole channels of the GPU shape's larger grid (make_plan). */
+#define GN_GPU_UNIT 8192u
 /* Bound on units per block: every unit of a split block merges all of the block's partials. */
 #define GN_MAX_UNITS 1024u
 
@@ -53,6 +55,21 @@ static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bo
   size_t want = ceil_div(target, blocks);
   const size_t cap = forced ? n : (n / GN_MIN_UNIT > 0 ? n / GN_MIN_UNIT : 1);
   if (want > cap) want = cap;
+  size_t grid = target;
+  if (!forced && pl.l.wg > 1 && want > 1) {
+    /* GPU shape, blocks already split: four units per resident group where whole channels
+     * give them, down to GN_GPU_UNIT elements. H100, 8192 x 4096 bf16, G = 32 (units of 8
+     * channels -> 2): forward 83.8 -> 78.4 us, backward 139.5 -> 130.0, weight frozen 135.0 ->
+     * 122.9. Pieces of channels that small measured slower (4x at S = 16384): each unit merges
+     * the whole block's partials, and the backward's partial rows multiply. */
+    size_t w4 = ceil_div(4 * target, blocks);
+    const size_t cap4 = n / GN_GPU_UNIT > 0 ? n / GN_GPU_UNIT : 1;
+    if (w4 > cap4) w4 = cap4;
+    if (w4 > want && w4 <= cg && w4 <= GN_MAX_UNITS) {
+      want = w4;
+      grid = 4 * target < UINT32_MAX / 1024 ? 4 * target : UINT32_MAX / 1024;
+    }
+  }
   if (want > GN_MAX_UNITS) want = GN_MAX_UNITS;
   pl.k = (unsigned)cg;
   pl.P = 1;
@@ -75,9 +92,80 @@ static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bo
   }
   pl.units = (unsigned)units;
   pl.split = pl.U > 1;
-  pl.l.groups = (unsigned)(target < units ? target : units);
+  pl.l.groups = (unsigned)(grid < units ? grid : units);
   if (pl.l.groups == 0) pl.l.groups = 1;
   return pl;
+}
+
+/* The one-pass kernels (cl/groupnorm.cl, SLOTS > 0): a unit of wg·slots vectors per work-group
+ * held in registers, the U units of a block exchanging statistics in global memory. */
+typedef struct gn_one {
+  ng_row_launch l; /* wg, the grid in groups, the NVIDIA options */
+  unsigned slots, U, units;
+} gn_one;
+
+/* Work-items per group of the one-pass kernels unless NG_TUNE_WORKGROUP says otherwise. */
+#define GN_ONE_WG 256u
+
+/* Work-items per group of the one-pass kernels: GN_ONE_WG unless NG_TUNE_WORKGROUP says. */
+static size_t one_wg(const ng_context *ctx) {
+  size_t maxwg = 1;
+  while (maxwg * 2 <= ctx->info.max_wg && maxwg * 2 <= 1024) maxwg *= 2;
+  const size_t wg = ctx->tune[NG_TUNE_WORKGROUP] ? ctx->tune[NG_TUNE_WORKGROUP] : GN_ONE_WG;
+  return wg < maxwg ? wg : maxwg;
+}
+
+/* The one-pass kernels' launch shape (the grid is set by one_plan). */
+static ng_row_launch one_launch(const ng_context *ctx, const ng_row_launch *l, unsigned slots) {
+  ng_row_launch o = *l;
+  o.wg = (unsigned)one_wg(ctx);
+  o.nv_shfl = ctx->info.nv_shfl && o.wg % 32 == 0;
+  o.prefetch = false;
+  o.reg_cols = slots;
+  return o;
+}
+
+/* Whether the one-pass forward takes this call, and its plan: vector rows of a GPU-shaped launch
+ * `l`; NG_TUNE_FUSED_REDUCE 1 / 2 forces it off / on, and by default it takes f32 x on NVIDIA,
+ * the one case where it measured faster than the two kernels (H100, 8192 x 4096, G = 32: f32
+ * 141 us against 189 us, 149 us with the grid of make_plan; bf16 83.2 against 83.6 us, then
+ * 78.4 us with that grid; f16 90.7 against 83.4 us). A block's U units wait for each other, so
+ * all of them must be resident at once: U is kept to half the compute units (one on a CPU), as
+ * for the in-kernel reductions, and the grid to at least U groups. */
+static bool one_plan(const ng_context *ctx, const ng_groupnorm_params *p, const ng_row_launch *l,
+                     ng_dtype x_dtype, gn_one *o) {
+  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2
+                                      : ctx->info.nv_shfl && x_dtype == NG_F32;
+  if (l->wg < 2 || l->vec != 8 || !want) return false;
+  const size_t wg = one_wg(ctx);
+  if (wg < 2) return false;
+  const size_t umax = cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
+  const size_t nvb = p->channels / p->groups * (p->spatial / 8);
+  const size_t blocks = p->batch * p->groups;
+  size_t slots = 0, U = 0;
+  for (size_t sl = 1; sl <= 8; sl *= 2) {
+    if (ctx->tune[NG_TUNE_REG_COLS] && sl != ctx->tune[NG_TUNE_REG_COLS]) continue;
+    U = ceil_div(nvb, wg * sl);
+    if (U <= umax) {
+      slots = sl;
+      break;
+    }
+  }
+  size_t units;
+  if (!slots || blocks > ((size_t)1 << 20) || ng_mul_overflows(blocks, U, &units) ||
+      units > ((size_t)1 << 30))
+    return false;
+  o->l = one_launch(ctx, l, (unsigned)slots);
+  size_t g = ctx->tune[NG_TUNE_GROUPS] ? ctx->tune[NG_TUNE_GROUPS]
+                                       : (size_t)ctx->info.compute_units * (2048 / wg ? 2048 / wg : 1);
+  if (g > units) g = units;
+  if (g < U) g = U; /* a block's units wait for each other: each needs a group of its own */
+  o->l.groups = o->l.grid = (unsigned)g;
+  o->slots = (unsigned)slots;
+  o->U = (unsigned)U;
+  o->units = (unsigned)units;
+  return true;
 }
 
 /* Build options of the forward and backward programs; the launch path and
@@ -91,8 +179,19 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "BWD", bwd);
 }
 
+/* Slots of the split forward's statistics kernel (GPU shape, vector rows), 0 elsewhere. */
+static unsigned stats_slots(const ng_row_launch *l) {
+  return l->wg > 1 && l->vec == 8 ? 4u : 0u;
+}
+
 static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype) {
   pass_opts(o, l, x_dtype, false);
+  if (stats_slots(l)) ng_opts_add(o, "SLOTS", stats_slots(l));
+}
+
+static void one_fwd_opts(ng_opts *o, const gn_one *one, ng_dtype x_dtype) {
+  pass_opts(o, &one->l, x_dtype, false);
+  ng_opts_add(o, "SLOTS", one->slots);
 }
 
 static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw, bool db) {
@@ -101,8 +200,10 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool 
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
-static size_t fwd_scratch_floats(const gn_plan *pl) {
-  return pl->split ? (size_t)pl->units * 4 : 0;
+/* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
+static size_t fwd_scratch_floats(const gn_plan *pl, const gn_one *one) {
+  const size_t a = pl->split ? (size_t)pl->units * 4 : 0, b = one ? (size_t)one->units * 4 : 0;
+  return a > b ? a : b;
 }
 
 /* Float offsets of the backward scratch regions: [unit sums][dw partials][db partials]. */
@@ -133,7 +234,8 @@ ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_
   ng_status s = check_params(ctx, p, &count);
   if (s != NG_SUCCESS) return s;
   const gn_plan pl = make_plan(ctx, p, true); /* the split does not depend on alignment */
-  *bytes = fwd_scratch_floats(&pl) * 4;
+  gn_one one; /* the one-pass kernel's share, for the x dtype that can take it */
+  *bytes = fwd_scratch_floats(&pl, one_plan(ctx, p, &pl.l, NG_F32, &one) ? &one : NULL) * 4;
   return NG_SUCCESS;
 }
 
@@ -188,14 +290,52 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   const bool vec_ok =
       ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
+  gn_one one;
+  const bool one_pass = one_plan(ctx, p, &pl.l, x.dtype, &one);
   ng_opts o;
-  fwd_opts(&o, &pl.l, x.dtype);
+  if (one_pass)
+    one_fwd_opts(&o, &one, x.dtype);
+  else
+    fwd_opts(&o, &pl.l, x.dtype);
   cl_program prog;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
+  cl_mem sync = NULL;
+  if (one_pass) {
+    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups, &sync);
+    if (s != NG_SUCCESS) return s;
+    if (!sync) { /* no counters for this queue: the two-kernel path, built for its own shape */
+      fwd_opts(&o, &pl.l, x.dtype);
+      s = ng_get_program(ctx, "groupnorm", &o, &prog);
+      if (s != NG_SUCCESS) return s;
+    }
+  }
   ng_scratch sc;
-  s = ng_scratch_acquire(ctx, scratch, fwd_scratch_floats(&pl) * 4, &sc);
-  if (s != NG_SUCCESS) return s;
+  s = ng_scratch_acquire(ctx, scratch, fwd_scratch_floats(&pl, one_pass ? &one : NULL) * 4, &sc);
+  if (s != NG_SUCCESS) {
+    if (sync) clReleaseMemObject(sync);
+    return s;
+  }
+  if (sync) {
+    cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset;
+    cl_ulong mo = mean.offset, ro = rstd.offset, po = sc.offset_bytes / 4, so = 0;
+    cl_int pdt = weight.mem ? weight.dtype : bias.mem ? bias.dtype : NG_F32;
+    cl_int has_w = weight.mem != NULL, has_b = bias.mem != NULL;
+    cl_uint units = one.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
+    cl_uint S = (cl_uint)p->spatial, U = one.U;
+    float eps = p->eps;
+    const ng_arg args[] = {
+        NG_ARG(x.mem),    NG_ARG(xo),    NG_ARG(weight.mem), NG_ARG(wo),       NG_ARG(bias.mem),
+        NG_ARG(bo),       NG_ARG(pdt),   NG_ARG(has_w),      NG_ARG(has_b),    NG_ARG(y.mem),
+        NG_ARG(yo),       NG_ARG(mean.mem), NG_ARG(mo),      NG_ARG(rstd.mem), NG_ARG(ro),
+        NG_ARG(sc.mem),   NG_ARG(po),    NG_ARG(sync),       NG_ARG(so),       NG_ARG(units),
+        NG_ARG(G),        NG_ARG(Cg),    NG_ARG(S),          NG_ARG(U),        NG_ARG(eps)};
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd_one", (size_t)one.l.groups * one.l.wg,
+                   one.l.wg, args, NG_ARRAY_LEN(args), nwait, wait, event);
+    clReleaseMemObject(sync);
+    ng_scratch_release(&sc);
+    return s;
+  }
 
   const ng_dtype pdt_ = weight.mem ? weight.dtype : bias.mem ? bias.dtype : NG_F32;
   cl_int pdt = pdt_, has_w = weight.mem != NULL, has_b = bias.mem != NULL, split = pl.split;
@@ -212,8 +352,18 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(S),        NG_ARG(U),        NG_ARG(k),          NG_ARG(P),
                          NG_ARG(Ls),       NG_ARG(eps),      NG_ARG(split)};
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
-  s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
-                 wait, pl.split ? NULL : event);
+  if (pl.split && stats_slots(&pl.l)) {
+    const ng_arg sargs[] = {NG_ARG(x.mem), NG_ARG(xo), NG_ARG(sc.mem), NG_ARG(po), NG_ARG(units),
+                            NG_ARG(Cg),    NG_ARG(S),  NG_ARG(U),      NG_ARG(k),  NG_ARG(P),
+                            NG_ARG(Ls)};
+    /* a group per unit: a plain grid, so groups that finish make room for the next ones */
+    const size_t sg = units < (1u << 20) ? units : (1u << 20);
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd_stats", sg * pl.l.wg, pl.l.wg,
+                   sargs, NG_ARRAY_LEN(sargs), nwait, wait, NULL);
+  } else {
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd", global, pl.l.wg, args,
+                   NG_ARRAY_LEN(args), nwait, wait, pl.split ? NULL : event);
+  }
   if (s == NG_SUCCESS && pl.split) /* same arguments but the last */
     s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd_apply", global, pl.l.wg, args,
                    NG_ARRAY_LEN(args) - 1, 0, NULL, event);
@@ -320,9 +470,20 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
           ng_opts o;
-          if (v == 0)
+          if (v == 0) {
             fwd_opts(&o, &l, fl[xi]);
-          else
+            /* the one-pass forward, where the default takes it (f32 on NVIDIA) */
+            const bool one = ctx->info.nv_shfl && fl[xi] == NG_F32 && l.wg > 1 && l.vec == 8;
+            for (unsigned sl = 1; one && sl <= 8 && s == NG_SUCCESS; sl *= 2) {
+              gn_one g;
+              g.l = one_launch(ctx, &l, sl);
+              g.slots = sl;
+              ng_opts oo;
+              one_fwd_opts(&oo, &g, fl[xi]);
+              s = fn(ctx, "groupnorm", &oo, user);
+            }
+            if (s != NG_SUCCESS) break;
+          } else
             bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
           s = fn(ctx, "groupnorm", &o, user);
         }
