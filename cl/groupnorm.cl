@@ -490,24 +490,23 @@ inline float2 gn_exchange(float4 mine, __global volatile uint *sync, __global fl
   barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
   /* volatile loads: another group on this compute unit may hold the line from before it was
    * complete */
-  float s = 0.0f, m = 0.0f;
   const float nf = (float)n;
+  float mean, m = 0.0f;
   if (U <= WG) { /* one partial per work-item at most: read once */
     const float c = lid < U ? pb[4 * lid] : 1.0f, su = lid < U ? pb[4 * lid + 1] : 0.0f;
     const float mu = lid < U ? pb[4 * lid + 2] : 0.0f;
-    const float mean = ng_wg_sum(su, red) / nf, d = su / c - mean;
+    mean = ng_wg_sum(su, red) / nf;
+    const float d = su / c - mean;
     m = lid < U ? mu + c * d * d : 0.0f;
-    s = mean;
   } else {
+    float s = 0.0f;
     for (uint v = lid; v < U; v += WG) s += pb[4 * v + 1];
-    const float mean = ng_wg_sum(s, red) / nf;
+    mean = ng_wg_sum(s, red) / nf;
     for (uint v = lid; v < U; v += WG) {
       const float c = pb[4 * v], d = pb[4 * v + 1] / c - mean;
       m += pb[4 * v + 2] + c * d * d;
     }
-    s = mean;
   }
-  const float mean = s;
   const float m2 = ng_wg_sum(m, red);
   if (lid == 0 && atomic_inc(&sync[3 + 2 * blk]) == U - 1) {
     atomic_xchg(&sync[2 + 2 * blk], 0u);
@@ -583,11 +582,10 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
   part += part_off;
   sync += sync_off;
   const uint sv = S / VEC, nvb = Cg * sv;
-  uint ug = gn_ticket(sync, units, &tk);
-  NG_RAWV(DTYPE) r[SLOTS];
-  if (ug < units) GN_LOAD_UNIT(r, x + (ulong)(ug / U) * nvb * VEC, ug % U * (WG * SLOTS), nvb);
-  while (ug < units) {
+  for (uint ug = gn_ticket(sync, units, &tk); ug < units; ug = gn_ticket(sync, units, &tk)) {
     const uint blk = ug / U, u = ug % U, v0 = u * (WG * SLOTS);
+    NG_RAWV(DTYPE) r[SLOTS];
+    GN_LOAD_UNIT(r, x + (ulong)blk * nvb * VEC, v0, nvb);
     const float2 ms =
         gn_exchange(gn_unit_stats(r, v0, nvb, red), sync, part, blk, u, U, nvb * VEC, eps, red);
     const float mu = ms.x, rs = ms.y;
@@ -608,8 +606,6 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
         STX(yb, i, xh * wc + bc);
       }
     }
-    ug = gn_ticket(sync, units, &tk);
-    if (ug < units) GN_LOAD_UNIT(r, x + (ulong)(ug / U) * nvb * VEC, ug % U * (WG * SLOTS), nvb);
   }
 }
 #endif

@@ -301,6 +301,12 @@ static size_t dw_groups_per_cu(size_t wg, size_t reg) {
  *    work-items per compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
  *    group per unit (two would not fit in the registers: the tuner measured 1.14-1.17x at
  *    16384 from this alone); past 2048 vectors the work splits by columns (ng_col_split). */
+size_t ng_max_pow2_wg(const ng_context *ctx) {
+  size_t wg = 1;
+  while (wg * 2 <= ctx->info.max_wg && wg * 2 <= 1024) wg *= 2;
+  return wg;
+}
+
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    int mode) {
   return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, mode);
@@ -336,8 +342,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   l.vec = vec_ok ? 8u : 1u;
   if (tune[NG_TUNE_VECTOR] == 1) l.vec = 1;
   const size_t nv = n / l.vec;
-  size_t maxwg = 1;
-  while (maxwg * 2 <= d->max_wg && maxwg * 2 <= 1024) maxwg *= 2;
+  const size_t maxwg = ng_max_pow2_wg(ctx);
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -429,15 +434,18 @@ void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
 }
 
 /* ---- in-kernel reductions ------------------------------------------------------------------ */
-/* Blocks and reducers of an in-kernel reduction (cl/ng_common.clh): at most half the compute
- * units wait (so the groups they wait for have room to run), one on a CPU, where PoCL runs
- * work-groups on as many threads as cores. Blocks of at least 32 columns (a warp's coalesced 128
- * bytes), or the whole row when shorter; wider while there are more blocks than reducers, up to
- * the work-group. */
+size_t ng_max_waiting_groups(const ng_context *ctx) {
+  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  return cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
+}
+
+/* Blocks and reducers of an in-kernel reduction (cl/ng_common.clh): at most
+ * ng_max_waiting_groups reducers. Blocks of at least 32 columns (a warp's coalesced 128 bytes),
+ * or the whole row when shorter; wider while there are more blocks than reducers, up to the
+ * work-group. */
 static void fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
                         size_t sections, size_t *cw_out, size_t *reducers) {
-  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
-  size_t cmax = cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
+  size_t cmax = ng_max_waiting_groups(ctx);
   if (cmax > l->groups) cmax = l->groups;
   size_t cw = 1;
   while (cw < ncols && cw < 32) cw *= 2;
@@ -531,15 +539,15 @@ ng_status ng_sync_area(ng_context *ctx, cl_command_queue q, size_t n, cl_mem *me
     size_t cap = 256;
     while (cap < n) cap *= 2;
     cl_uint *zeros = calloc(cap, sizeof *zeros);
-    cl_int e = CL_OUT_OF_HOST_MEMORY;
+    cl_int e = CL_SUCCESS;
     cl_mem m = zeros ? clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                                       cap * sizeof *zeros, zeros, &e)
                      : NULL;
+    if (!m)
+      s = zeros ? ng_fail(e, "clCreateBuffer(%zu bytes) for the counters failed", cap * 4)
+                : ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "no memory for %zu counters", cap);
     free(zeros);
     if (!m) {
-      s = zeros || e != CL_OUT_OF_HOST_MEMORY
-              ? ng_fail(e, "clCreateBuffer(%zu bytes) for the counters failed", cap * 4)
-              : ng_fail(NG_ERR_HOST_OUT_OF_MEMORY, "no memory for %zu counters", cap);
       pthread_mutex_unlock(&ctx->lock);
       return s;
     }

@@ -277,6 +277,12 @@ bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
                         size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
 void ng_fused_release(ng_context *ctx);
+/* How many work-groups of one launch may wait for others of it at once: half the compute units
+ * (so the groups they wait for have room to run), one on a CPU, where PoCL runs work-groups on
+ * as many threads as cores. */
+size_t ng_max_waiting_groups(const ng_context *ctx);
+/* The largest power-of-two work-group the device takes, at most 1024. */
+size_t ng_max_pow2_wg(const ng_context *ctx);
 /* A counter area of at least n uints that belongs to queue q alone and is zero when a launch
  * starts (the kernels that use it leave it zero), made from host zeros (no enqueue). *mem is
  * retained for the caller, who releases it after the enqueue, or NULL when q gets no slot

@@ -268,16 +268,19 @@ static void test_split(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
 }
 
+/* A shape of the GPU-path tests: sizes, the element offset of every buffer, and x's dtype. */
+typedef struct gn_shape {
+  size_t B, C, S, G, off;
+  ng_dtype xd;
+} gn_shape;
+
 /* The GPU-shaped kernels (a unit per work-group, local-memory merges and sums) on whatever device
  * runs the tests, whole-block and split; each shape with one x dtype to keep PoCL's builds few. */
 static void test_workgroup_shape(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
-  const struct {
-    size_t B, C, S, G, off;
-    ng_dtype xd;
-  } shapes[] = {{3, 12, 40, 4, 0, NG_BF16},
+  const gn_shape shapes[] = {{3, 12, 40, 4, 0, NG_BF16},
                 {2, 6, 35, 3, 8, NG_F16},
                 {1, 4, 1031, 2, 0, NG_F32},
                 {4, 12, 1, 12, 0, NG_F32},
@@ -308,10 +311,7 @@ static void test_one_pass(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
-  const struct {
-    size_t B, C, S, G, off;
-    ng_dtype xd;
-  } shapes[] = {{3, 12, 40, 4, 0, NG_BF16},  {2, 8, 64, 2, 8, NG_F16},   {1, 4, 1032, 2, 0, NG_F32},
+  const gn_shape shapes[] = {{3, 12, 40, 4, 0, NG_BF16},  {2, 8, 64, 2, 8, NG_F16},   {1, 4, 1032, 2, 0, NG_F32},
                 {2, 6, 2048, 3, 16, NG_BF16}, {4, 12, 8, 12, 0, NG_F32}, {1, 2, 4096, 1, 0, NG_F16}};
   const unsigned shape[][3] = {{32, 1, 0}, {64, 8, 0}, {32, 2, 5}, {64, 0, 3}}; /* wg, slots, groups */
   uint64_t seed = 900;
@@ -782,11 +782,7 @@ static void test_errors(void **state) {
 /* A test that fails half-way must not leave its launch overrides to the next one. */
 static int reset_overrides(void **state) {
   (void)state;
-  ng_test_env *e = ng_test_env_get();
-  const ng_tune all[] = {NG_TUNE_WORKGROUP, NG_TUNE_GROUPS, NG_TUNE_VECTOR, NG_TUNE_REG_COLS,
-                         NG_TUNE_FUSED_REDUCE};
-  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++)
-    if (ng_context_override(e->ctx, all[i], NG_TUNE_AUTO) != NG_SUCCESS) return -1;
+  ng_test_reset_overrides(ng_test_env_get()->ctx);
   return 0;
 }
 

@@ -100,8 +100,8 @@ static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bo
 /* The one-pass kernels (cl/groupnorm.cl, SLOTS > 0): a unit of wg·slots vectors per work-group
  * held in registers, the U units of a block exchanging statistics in global memory. */
 typedef struct gn_one {
-  ng_row_launch l; /* wg, the grid in groups, the NVIDIA options */
-  unsigned slots, U, units;
+  ng_row_launch l; /* wg, slots (reg_cols), the grid in groups, the NVIDIA options */
+  unsigned U, units;
 } gn_one;
 
 /* Work-items per group of the one-pass kernels unless NG_TUNE_WORKGROUP says otherwise. */
@@ -109,8 +109,7 @@ typedef struct gn_one {
 
 /* Work-items per group of the one-pass kernels: GN_ONE_WG unless NG_TUNE_WORKGROUP says. */
 static size_t one_wg(const ng_context *ctx) {
-  size_t maxwg = 1;
-  while (maxwg * 2 <= ctx->info.max_wg && maxwg * 2 <= 1024) maxwg *= 2;
+  const size_t maxwg = ng_max_pow2_wg(ctx);
   const size_t wg = ctx->tune[NG_TUNE_WORKGROUP] ? ctx->tune[NG_TUNE_WORKGROUP] : GN_ONE_WG;
   return wg < maxwg ? wg : maxwg;
 }
@@ -134,13 +133,12 @@ static ng_row_launch one_launch(const ng_context *ctx, const ng_row_launch *l, u
  * for the in-kernel reductions, and the grid to at least U groups. */
 static bool one_plan(const ng_context *ctx, const ng_groupnorm_params *p, const ng_row_launch *l,
                      ng_dtype x_dtype, gn_one *o) {
-  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
   const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2
                                       : ctx->info.nv_shfl && x_dtype == NG_F32;
   if (l->wg < 2 || l->vec != 8 || !want) return false;
   const size_t wg = one_wg(ctx);
   if (wg < 2) return false;
-  const size_t umax = cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
+  const size_t umax = ng_max_waiting_groups(ctx);
   const size_t nvb = p->channels / p->groups * (p->spatial / 8);
   const size_t blocks = p->batch * p->groups;
   size_t slots = 0, U = 0;
@@ -162,7 +160,6 @@ static bool one_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
   if (g > units) g = units;
   if (g < U) g = U; /* a block's units wait for each other: each needs a group of its own */
   o->l.groups = o->l.grid = (unsigned)g;
-  o->slots = (unsigned)slots;
   o->U = (unsigned)U;
   o->units = (unsigned)units;
   return true;
@@ -189,9 +186,10 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype) {
   if (stats_slots(l)) ng_opts_add(o, "SLOTS", stats_slots(l));
 }
 
-static void one_fwd_opts(ng_opts *o, const gn_one *one, ng_dtype x_dtype) {
-  pass_opts(o, &one->l, x_dtype, false);
-  ng_opts_add(o, "SLOTS", one->slots);
+/* Options of the one-pass forward, launched as one_launch gives. */
+static void one_fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype) {
+  pass_opts(o, l, x_dtype, false);
+  ng_opts_add(o, "SLOTS", l->reg_cols);
 }
 
 static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw, bool db) {
@@ -291,27 +289,21 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
       ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   gn_one one;
-  const bool one_pass = one_plan(ctx, p, &pl.l, x.dtype, &one);
+  cl_mem sync = NULL; /* the one-pass kernel's counters; none for this queue: the two kernels */
+  if (one_plan(ctx, p, &pl.l, x.dtype, &one)) {
+    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups, &sync);
+    if (s != NG_SUCCESS) return s;
+  }
   ng_opts o;
-  if (one_pass)
-    one_fwd_opts(&o, &one, x.dtype);
+  if (sync)
+    one_fwd_opts(&o, &one.l, x.dtype);
   else
     fwd_opts(&o, &pl.l, x.dtype);
   cl_program prog;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
-  if (s != NG_SUCCESS) return s;
-  cl_mem sync = NULL;
-  if (one_pass) {
-    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups, &sync);
-    if (s != NG_SUCCESS) return s;
-    if (!sync) { /* no counters for this queue: the two-kernel path, built for its own shape */
-      fwd_opts(&o, &pl.l, x.dtype);
-      s = ng_get_program(ctx, "groupnorm", &o, &prog);
-      if (s != NG_SUCCESS) return s;
-    }
-  }
   ng_scratch sc;
-  s = ng_scratch_acquire(ctx, scratch, fwd_scratch_floats(&pl, one_pass ? &one : NULL) * 4, &sc);
+  if (s == NG_SUCCESS)
+    s = ng_scratch_acquire(ctx, scratch, fwd_scratch_floats(&pl, sync ? &one : NULL) * 4, &sc);
   if (s != NG_SUCCESS) {
     if (sync) clReleaseMemObject(sync);
     return s;
@@ -475,11 +467,9 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             /* the one-pass forward, where the default takes it (f32 on NVIDIA) */
             const bool one = ctx->info.nv_shfl && fl[xi] == NG_F32 && l.wg > 1 && l.vec == 8;
             for (unsigned sl = 1; one && sl <= 8 && s == NG_SUCCESS; sl *= 2) {
-              gn_one g;
-              g.l = one_launch(ctx, &l, sl);
-              g.slots = sl;
+              const ng_row_launch ol = one_launch(ctx, &l, sl);
               ng_opts oo;
-              one_fwd_opts(&oo, &g, fl[xi]);
+              one_fwd_opts(&oo, &ol, fl[xi]);
               s = fn(ctx, "groupnorm", &oo, user);
             }
             if (s != NG_SUCCESS) break;
