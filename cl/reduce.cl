@@ -10,7 +10,11 @@
  * order); then the slices' sums meet in a fixed tree (ng_slice_sum, ng_slice_tree). Narrow column blocks give a small n (dW of
  * a 1024-wide row, PolyNorm's 3 weights) enough work-groups and short enough loops that the
  * pass is not one long chain of dependent loads. The order depends only on (groups, n, cw),
- * which the host derives from the shape and the device: the same bits on every run. */
+ * which the host derives from the shape and the device: the same bits on every run.
+ *
+ * One launch can sum two gradients of one dtype (the first `blocks` work-groups the first, the
+ * rest the second, each with its own columns and cw): a second launch would cost its start and
+ * drain again (5 us on the H100). */
 
 #define WT NG_STORE(W_DTYPE)
 #ifndef RS
@@ -23,20 +27,30 @@
 
 __kernel __attribute__((reqd_work_group_size(WGS, 1, 1))) void
 ng_reduce_partials(__global const float *part, ulong part_off, uint groups, uint n,
-                   __global WT *out, ulong out_off, int accumulate, uint cw) {
+                   __global WT *out, ulong out_off, int accumulate, uint cw, uint blocks,
+                   ulong part_off2, uint n2, __global WT *out2, ulong out_off2, uint cw2) {
   const uint lid = get_local_id(0);
+  uint gid = get_group_id(0);
+  if (gid >= blocks) { /* a second gradient (LayerNorm's dB beside dW) in the same launch */
+    gid -= blocks;
+    part_off = part_off2;
+    n = n2;
+    out = out2;
+    out_off = out_off2;
+    cw = cw2;
+  }
   part += part_off;
   out += out_off;
 #if RS == 1
   (void)cw;
-  const uint j = get_group_id(0) * CW + lid;
+  const uint j = gid * CW + lid;
   if (j >= n) return;
   float s = 0.0f;
   for (uint g = 0; g < groups; g++) s += part[(ulong)g * n + j];
 #else
   __local float sums[WGS];
   const uint slices = WGS / cw, slice = lid / cw;
-  const uint j = get_group_id(0) * cw + lid % cw;
+  const uint j = gid * cw + lid % cw;
   float s = j < n ? ng_slice_sum(part + j, n, groups, slice, slices, 4) : 0.0f;
   s = ng_slice_tree(s, cw, slices, sums);
   if (slice != 0 || j >= n) return;

@@ -297,8 +297,9 @@ static size_t dw_groups_per_cu(size_t wg, size_t reg) {
  *    either way), the forward's grid;
  *  - backward with dW: the dW sums stay in registers for the whole grid, so every group must be
  *    resident and each work-item should hold as few of them as possible: one vector per
- *    work-item (REG = 1, the group as wide as the row) up to 512 vectors and about 1024
- *    work-items per compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
+ *    work-item (REG = 1, the group as wide as the row) up to 512 vectors (256 for 16-bit rows,
+ *    whose 257-512 get 256 work-items with two each: NG_ROWS_X16) and about 1024 work-items per
+ *    compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
  *    group per unit (two would not fit in the registers: the tuner measured 1.14-1.17x at
  *    16384 from this alone); past 2048 vectors the work splits by columns (ng_col_split). */
 size_t ng_max_pow2_wg(const ng_context *ctx) {
@@ -315,6 +316,8 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 /* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
                                      size_t n, bool vec_ok, int mode) {
+  const bool x16 = (mode & NG_ROWS_X16) != 0;
+  mode &= ~NG_ROWS_X16;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -352,8 +355,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (mode == NG_ROWS_FWD_RAW16)
       while (reg < NG_FWD_RAW_REG && wg * reg < nv) reg *= 2;
   } else if (!cpu) {
+    /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
+    const size_t per = x16 && nv > 256 ? 2 : 1;
     wg = 32;
-    while (wg < maxwg && wg < 512 && wg < nv) wg *= 2;
+    while (wg < maxwg && wg < 512 && wg * per < nv) wg *= 2;
     while (reg < 4 && wg * reg < nv) reg *= 2;
   }
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];

@@ -23,26 +23,47 @@ ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *pro
   return ng_get_program(ctx, "reduce", &o, prog);
 }
 
-ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog,
-                                     cl_mem part, size_t part_off, unsigned groups, size_t n,
-                                     ng_tensor out, bool accumulate, cl_uint nwait,
-                                     const cl_event *wait, cl_event *event) {
-  const unsigned rs = reduce_slices(ctx);
-  const size_t local = 64 * (size_t)rs;
-  /* GPU: columns per work-group halved (down to 8, one 32-byte sector of a row) until there is
-   * about one work-group per two compute units, and no more than the columns need (measured on
-   * the H100 over 1…16384 columns of 64…1056 partial rows). */
+/* Columns per work-group for n columns. GPU: halved (down to 8, one 32-byte sector of a row)
+ * until there is about one work-group per two compute units, and no more than the columns need
+ * (measured on the H100 over 1…16384 columns of 64…1056 partial rows). */
+static size_t reduce_cw(const ng_context *ctx, unsigned rs, size_t n) {
   size_t cw = 64;
   if (rs > 1) {
     const size_t want = (size_t)(ctx->info.compute_units > 1 ? ctx->info.compute_units / 2 : 1);
     while (cw > 8 && ((n + cw - 1) / cw < want || cw / 2 >= n)) cw /= 2;
   }
-  const size_t global = (n + cw - 1) / cw * local;
-  cl_ulong poff = part_off, ooff = out.offset;
-  cl_uint g = groups, nn = (cl_uint)n, cwa = (cl_uint)cw;
+  return cw;
+}
+
+ng_status ng_enqueue_reduce_sections(ng_context *ctx, cl_command_queue q, cl_program prog,
+                                     cl_mem part, unsigned groups, const ng_reduce_section *a,
+                                     const ng_reduce_section *b, bool accumulate, cl_uint nwait,
+                                     const cl_event *wait, cl_event *event) {
+  const unsigned rs = reduce_slices(ctx);
+  const size_t local = 64 * (size_t)rs;
+  /* each section keeps the cw it would have alone, so its bits do not depend on the other */
+  const size_t cw = reduce_cw(ctx, rs, a->n), blocks = (a->n + cw - 1) / cw;
+  const size_t cw2 = b ? reduce_cw(ctx, rs, b->n) : 64, blocks2 = b ? (b->n + cw2 - 1) / cw2 : 0;
+  const size_t global = (blocks + blocks2) * local;
+  cl_ulong poff = a->part_off, ooff = a->out.offset;
+  cl_ulong poff2 = b ? b->part_off : 0, ooff2 = b ? b->out.offset : 0;
+  cl_mem out2 = b ? b->out.mem : a->out.mem;
+  cl_uint g = groups, nn = (cl_uint)a->n, cwa = (cl_uint)cw, nb = (cl_uint)blocks;
+  cl_uint nn2 = b ? (cl_uint)b->n : 0, cwa2 = (cl_uint)cw2;
   cl_int acc = accumulate ? 1 : 0;
-  const ng_arg args[] = {NG_ARG(part),    NG_ARG(poff), NG_ARG(g),   NG_ARG(nn),
-                         NG_ARG(out.mem), NG_ARG(ooff), NG_ARG(acc), NG_ARG(cwa)};
+  const ng_arg args[] = {NG_ARG(part),  NG_ARG(poff), NG_ARG(g),     NG_ARG(nn),
+                         NG_ARG(a->out.mem), NG_ARG(ooff), NG_ARG(acc), NG_ARG(cwa),
+                         NG_ARG(nb),    NG_ARG(poff2), NG_ARG(nn2),  NG_ARG(out2),
+                         NG_ARG(ooff2), NG_ARG(cwa2)};
   return ng_enqueue(ctx, q, prog, "ng_reduce_partials", global, local, args, NG_ARRAY_LEN(args),
                     nwait, wait, event);
+}
+
+ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog,
+                                     cl_mem part, size_t part_off, unsigned groups, size_t n,
+                                     ng_tensor out, bool accumulate, cl_uint nwait,
+                                     const cl_event *wait, cl_event *event) {
+  const ng_reduce_section a = {part_off, n, out};
+  return ng_enqueue_reduce_sections(ctx, q, prog, part, groups, &a, NULL, accumulate, nwait, wait,
+                                    event);
 }

@@ -819,7 +819,9 @@ static void check_bench_json(const char *const *args, const char *pass, bool fro
   if (!cJSON_IsObject(j)) fail_msg("bench --json did not print a JSON object: %s", p.out);
   for (; *end; end++)
     if (*end != '\n' && *end != ' ') fail_msg("bench --json printed more than one object");
-  const char *nums[] = {"rows", "hidden", "bytes", "median_ms", "gbps", "copy_gbps", "ratio"};
+  const char *nums[] = {"rows",  "hidden",    "bytes",          "median_ms",
+                        "gbps",  "copy_gbps", "copy_same_gbps", "ratio",
+                        "ratio_same"};
   for (size_t k = 0; k < NG_ARRAY_LEN(nums); k++) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(j, nums[k]);
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) fail_msg("bench: field %s: %s", nums[k], p.out);
@@ -840,6 +842,9 @@ static void check_bench_json(const char *const *args, const char *pass, bool fro
   double c = cJSON_GetObjectItemCaseSensitive(j, "copy_gbps")->valuedouble;
   assert_true(fabs(cJSON_GetObjectItemCaseSensitive(j, "ratio")->valuedouble - g / c) <=
               1e-9 * (g / c));
+  double cs = cJSON_GetObjectItemCaseSensitive(j, "copy_same_gbps")->valuedouble;
+  assert_true(fabs(cJSON_GetObjectItemCaseSensitive(j, "ratio_same")->valuedouble - g / cs) <=
+              1e-9 * (g / cs));
   cJSON_Delete(j);
   ng_cli_proc_free(&p);
 }

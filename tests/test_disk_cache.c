@@ -879,18 +879,16 @@ static void test_prebuild_gpu_shapes(void **state) {
       for (int pass = 0; pass < 3; pass++)
         for (int xi = 0; xi < 3; xi++)
           for (int wi = pass == 2 ? 0 : -1; wi < 3; wi++) {
-            const ng_row_launch l = ng_choose_row_launch(c, 1000, ns[i], aligned,
-                                                         pass == 0   ? NG_ROWS_FWD
-                                                         : pass == 1 ? NG_ROWS_BWD_FROZEN
-                                                                     : NG_ROWS_BWD_DW);
+            const ng_row_launch l = ng_choose_row_launch(
+                c, 1000, ns[i], aligned, pass == 0 ? NG_ROWS_FWD : ng_bwd_mode(pass == 2, fl[xi]));
             ng_opts o;
             ng_opts_init(&o);
             ng_row_opts_dt(&o, &l, fl[xi], wi >= 0, wi >= 0 ? fl[wi] : NG_F32);
             if (pass) ng_opts_add(&o, "COMPUTE_DW", pass == 2);
             /* rmsnorm.c: dW summed in-kernel where wanted (for its grid of 2^20 rows) and not
              * split */
-            const ng_row_launch lv =
-                ng_choose_row_launch(c, (size_t)1 << 20, ns[i], aligned, NG_ROWS_BWD_DW);
+            const ng_row_launch lv = ng_choose_row_launch(c, (size_t)1 << 20, ns[i], aligned,
+                                                          ng_bwd_mode(true, fl[xi]));
             size_t nb, rg;
             if (pass == 2 && ng_fused_wanted(c, &lv, ns[i], 1) &&
                 !ng_col_split(c, &lv, (size_t)1 << 20, ns[i], &nb, &rg))

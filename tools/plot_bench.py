@@ -20,7 +20,8 @@ import sys
 from collections import defaultdict
 
 FIELDS = ["impl", "op", "pass", "rows", "hidden", "dtype", "frozen", "frozen_bias", "bytes",
-          "median_ms", "gbps", "copy_gbps", "ratio", "device", "derived"]
+          "median_ms", "gbps", "copy_gbps", "ratio", "copy_same_gbps", "ratio_same", "device",
+          "derived"]
 PASS_ORDER = {"forward": 0, "backward": 1, "both": 2}
 
 
@@ -62,8 +63,13 @@ def add_derived_both(rows):
         by_ = f["bytes"] + b["bytes"]
         gbps = by_ / ms / 1e6 if ms > 0 else 0
         copy = b["copy_gbps"]
+        extra = {}
+        if f.get("copy_same_gbps") and b.get("copy_same_gbps"):
+            # a copy of each pass's bytes, one after the other, against the two passes
+            copy_ms = (f["bytes"] / f["copy_same_gbps"] + b["bytes"] / b["copy_same_gbps"]) / 1e6
+            extra = {"copy_same_gbps": by_ / copy_ms / 1e6, "ratio_same": copy_ms / ms}
         out.append({**b, "pass": "both", "bytes": by_, "median_ms": ms, "gbps": gbps,
-                    "ratio": gbps / copy if copy else 0, "derived": True})
+                    "ratio": gbps / copy if copy else 0, **extra, "derived": True})
     return rows + out
 
 
@@ -73,11 +79,12 @@ def key(r):
 
 def summary(rows, problems):
     print(f"{'impl':14} {'op':18} {'pass':9} {'N':>6} {'frozen':6} {'ms':>9} {'GB/s':>8} "
-          f"{'copy':>7} {'ratio':>6}")
+          f"{'copy':>7} {'ratio':>6} {'same':>6}")
     for r in sorted(rows, key=lambda r: key(r) + (r["impl"],)):
         print(f"{r['impl']:14} {r['op']:18} {r['pass']:9} {r['hidden']:>6} "
               f"{str(bool(r.get('frozen'))):6} {r['median_ms']:9.4f} {r['gbps']:8.1f} "
-              f"{r['copy_gbps']:7.0f} {r['ratio']:6.3f}"
+              f"{r['copy_gbps']:7.0f} {r['ratio']:6.3f} "
+              + (f"{r['ratio_same']:6.3f}" if "ratio_same" in r else f"{'':6}")
               + ("  (fwd+bwd sum)" if r.get("derived") else ""))
     for p in problems:
         what = "ERROR" if "error" in p else "skipped"

@@ -440,12 +440,12 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s == NG_SUCCESS && pl.split)
     s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
                    NG_ARRAY_LEN(dx_args), 0, NULL, compute_dw || compute_db ? NULL : event);
-  if (s == NG_SUCCESS && compute_dw)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dwo, (unsigned)lay.prows, p->channels,
-                                   dweight, acc, 0, NULL, compute_db ? NULL : event);
-  if (s == NG_SUCCESS && compute_db)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, dbo, (unsigned)lay.prows, p->channels,
-                                   dbias, acc, 0, NULL, event);
+  if (s == NG_SUCCESS && (compute_dw || compute_db)) { /* both gradients in one launch */
+    const ng_reduce_section sw = {dwo, p->channels, dweight}, sb = {dbo, p->channels, dbias};
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)lay.prows,
+                                   compute_dw ? &sw : &sb, compute_dw && compute_db ? &sb : NULL,
+                                   acc, 0, NULL, event);
+  }
   ng_scratch_release(&sc);
   return s;
 }

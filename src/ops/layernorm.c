@@ -106,14 +106,14 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
   /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
-  const ng_row_launch l8 =
-      ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true, NG_ROWS_BWD_DW);
-  const ng_row_launch l1 =
-      ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, false, NG_ROWS_BWD_DW);
-  size_t b8 = 0, b1 = 0;
-  s = ng_partials_scratch(ctx, &l8, p->rows, p->n, sections, 2, &b8);
-  if (s == NG_SUCCESS) s = ng_partials_scratch(ctx, &l1, p->rows, p->n, sections, 2, &b1);
-  *bytes = b8 > b1 ? b8 : b1;
+  /* and the dtype, which picks the shape of 16-bit rows (NG_ROWS_X16) */
+  for (int i = 0; i < 4 && s == NG_SUCCESS; i++) {
+    const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, i & 1,
+                                                   ng_bwd_mode(true, i & 2 ? NG_BF16 : NG_F32));
+    size_t b = 0;
+    s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &b);
+    if (b > *bytes) *bytes = b;
+  }
   return s;
 }
 
@@ -155,7 +155,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   /* with both frozen there are no partials, so the forward's larger grid may be used */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
-      partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
+      ng_bwd_mode(partials, x.dtype));
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   size_t nblocks = 0, rgroups = 0;
   const bool split = partials && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
@@ -171,10 +171,11 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   ng_opts o;
   bwd_opts(&o, &l, x.dtype, weight.mem ? (int)weight.dtype : -1, compute_dw, compute_db, f.on,
            compute_db ? dbias.dtype : NG_F32);
-  cl_program prog, rw = NULL, rb = NULL;
+  cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
-  if (s == NG_SUCCESS && sep_reduce && compute_dw) s = ng_reduce_program(ctx, dweight.dtype, &rw);
-  if (s == NG_SUCCESS && sep_reduce && compute_db) s = ng_reduce_program(ctx, dbias.dtype, &rb);
+  /* dweight and dbias share a dtype (check_affine): one reduction program and launch */
+  if (s == NG_SUCCESS && sep_reduce)
+    s = ng_reduce_program(ctx, compute_dw ? dweight.dtype : dbias.dtype, &rprog);
   if (s != NG_SUCCESS) return s;
   ng_scratch sc;
   s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
@@ -212,13 +213,12 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                    NG_ARRAY_LEN(args), nwait, wait, sep_reduce ? NULL : event);
   }
   /* Sections of the scratch: dW partials first (when computed), then dB partials. */
-  if (s == NG_SUCCESS && sep_reduce && compute_dw)
-    s = ng_enqueue_reduce_partials(ctx, queue, rw, sc.mem, po, part_rows, p->n, dweight, acc, 0,
-                                   NULL, compute_db ? NULL : event);
-  if (s == NG_SUCCESS && sep_reduce && compute_db)
-    s = ng_enqueue_reduce_partials(ctx, queue, rb, sc.mem,
-                                   po + (compute_dw ? (size_t)part_rows * p->n : 0), part_rows,
-                                   p->n, dbias, acc, 0, NULL, event);
+  if (s == NG_SUCCESS && sep_reduce) {
+    const ng_reduce_section sw = {po, p->n, dweight};
+    const ng_reduce_section sb = {po + (compute_dw ? (size_t)part_rows * p->n : 0), p->n, dbias};
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, part_rows, compute_dw ? &sw : &sb,
+                                   compute_dw && compute_db ? &sb : NULL, acc, 0, NULL, event);
+  }
   ng_scratch_release(&sc);
   return s;
 }
@@ -238,9 +238,9 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
         const ng_row_launch lf =
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_fwd_raw_mode(xd));
         const ng_row_launch lz =
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, NG_ROWS_BWD_FROZEN);
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(false, xd));
         const ng_row_launch lp =
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, NG_ROWS_BWD_DW);
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(true, xd));
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
         for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)

@@ -177,12 +177,11 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                          NG_ARG(n),          NG_FUSED_KARGS(f)};
   s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
                  nwait, wait, sep_reduce ? NULL : event);
-  if (s == NG_SUCCESS && sep_reduce && compute_dw)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdw, l.groups, 3, dweight, acc, 0,
-                                   NULL, compute_db ? NULL : event);
-  if (s == NG_SUCCESS && sep_reduce && compute_db)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, pdb, l.groups, 1, dbias, acc, 0, NULL,
-                                   event);
+  if (s == NG_SUCCESS && sep_reduce) { /* both gradients in one launch */
+    const ng_reduce_section sw = {pdw, 3, dweight}, sb = {pdb, 1, dbias};
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, l.groups, compute_dw ? &sw : &sb,
+                                   compute_dw && compute_db ? &sb : NULL, acc, 0, NULL, event);
+  }
   ng_scratch_release(&sc);
   return s;
 }

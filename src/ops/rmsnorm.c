@@ -135,13 +135,15 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
   /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
+  /* and the dtype, which picks the shape of 16-bit rows (NG_ROWS_X16) */
   const char *kind = rms_kind(fused, true);
-  const ng_row_launch l8 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, true, NG_ROWS_BWD_DW);
-  const ng_row_launch l1 = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, false, NG_ROWS_BWD_DW);
-  size_t b8 = 0, b1 = 0;
-  s = ng_partials_scratch(ctx, &l8, p->rows, p->n, 1, 1, &b8);
-  if (s == NG_SUCCESS) s = ng_partials_scratch(ctx, &l1, p->rows, p->n, 1, 1, &b1);
-  *bytes = b8 > b1 ? b8 : b1;
+  for (int i = 0; i < 4 && s == NG_SUCCESS; i++) {
+    const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, i & 1,
+                                                   ng_bwd_mode(true, i & 2 ? NG_BF16 : NG_F32));
+    size_t b = 0;
+    s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &b);
+    if (b > *bytes) *bytes = b;
+  }
   return s;
 }
 
@@ -186,7 +188,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   /* a frozen backward keeps no partials, so it may use the forward's larger grid */
   const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw),
                                                 p->rows, p->n, vec_ok,
-                                                compute_dw ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN);
+                                                ng_bwd_mode(compute_dw, x.dtype));
   size_t nblocks = 0, rgroups = 0;
   const bool split = compute_dw && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row dots) */
@@ -311,15 +313,14 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
   ng_status s = NG_SUCCESS;
   for (int pass = 0; pass < 3; pass++) /* forward, frozen backward, backward with dW */
     for (int aligned = 1; aligned >= 0; aligned--)
-      for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
-        const ng_row_launch l = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                                     pass == 0   ? NG_ROWS_FWD
-                                                     : pass == 1 ? NG_ROWS_BWD_FROZEN
-                                                                 : NG_ROWS_BWD_DW);
-        size_t nb, rg;
-        const bool fused_red = pass == 2 && ng_fused_wanted(ctx, &l, n, 1) &&
-                               !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
-        for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
+      for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2)
+        for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
+          const ng_row_launch l =
+              ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                   pass == 0 ? NG_ROWS_FWD : ng_bwd_mode(pass == 2, fl[xi]));
+          size_t nb, rg;
+          const bool fused_red = pass == 2 && ng_fused_wanted(ctx, &l, n, 1) &&
+                                 !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;

@@ -18,7 +18,8 @@
 #define FLUSH_BELOW (64 * MIB) /* working sets smaller than this may sit in a GPU's L2 */
 #define FLUSH_BYTES ((size_t)128 << 20)
 #define COPY_BYTES ((size_t)256 << 20)
-#define COPY_REPS 10
+#define COPY_REPS 20
+#define COPY_WARMUP 5 /* a GPU idle since start-up may still be raising its clocks */
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -44,11 +45,41 @@ static const char copy_src[] =
  * events, no waiting in between (how a training step issues them). */
 #define HOST_CALLS 64
 
-/* The copy bandwidth, and the driver's floor for one launch: the host time of setting two
- * arguments and enqueueing a small copy, back-to-back without events (what every kernel of an
- * op pays before normgrad adds anything). */
-static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, double *enqueue_us,
-                        char *err, size_t errlen) {
+/* Median profiled time in ns of COPY_REPS copies of `elems` 16-byte elements (after
+ * COPY_WARMUP untimed runs). Each run starts `elems` further into the buffers, wrapping before
+ * the end: a copy smaller than the buffers then reads what the runs before it evicted from the
+ * cache, as an op of the same size does after the bench's flush. */
+static cl_int time_copy(cli_env *env, cl_kernel k, size_t buf_elems, size_t elems, double *ns,
+                        cli_progress *pr) {
+  double t[COPY_REPS];
+  const size_t slices = buf_elems / elems;
+  for (int r = -COPY_WARMUP; r < COPY_REPS; r++) {
+    cl_event ev = NULL;
+    cl_ulong a = 0, b = 0;
+    const size_t off = (size_t)(r + COPY_WARMUP) % slices * elems;
+    cl_int e = clEnqueueNDRangeKernel(env->queue, k, 1, &off, &elems, NULL, 0, NULL, &ev);
+    if (e == CL_SUCCESS) e = clWaitForEvents(1, &ev);
+    if (e == CL_SUCCESS)
+      e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
+    if (e == CL_SUCCESS)
+      e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
+    if (ev) clReleaseEvent(ev);
+    if (e != CL_SUCCESS) return e;
+    if (r >= 0) t[r] = (double)(b - a);
+    cli_progress_step(pr, 1);
+  }
+  *ns = median(t, COPY_REPS);
+  return CL_SUCCESS;
+}
+
+/* The copy bandwidth twice: over COPY_BYTES each way (the device's ceiling), and over the op's
+ * own byte count (half read, half written), which pays the same fixed cost per kernel (its
+ * start and drain, about 5 us on the H100) as the op does, so it is the most a single kernel
+ * moving those bytes can reach. Also the driver's floor for one launch: the host time of
+ * setting two arguments and enqueueing a small copy, back-to-back without events (what every
+ * kernel of an op pays before normgrad adds anything). */
+static int measure_copy(cli_env *env, cl_ulong max_alloc, double op_bytes, double *gbps,
+                        double *same_gbps, double *enqueue_us, char *err, size_t errlen) {
   size_t bytes = COPY_BYTES;
   if (max_alloc && bytes > max_alloc) bytes = (size_t)max_alloc;
   bytes = bytes / 4096 * 4096;
@@ -56,7 +87,6 @@ static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, double *
   cl_program prog = NULL;
   cl_kernel k = NULL;
   cl_mem src = NULL, dst = NULL;
-  double t[COPY_REPS];
   int rc = CLI_DEVICE;
   src = clCreateBuffer(env->cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &e);
   if (src) dst = clCreateBuffer(env->cl_ctx, CL_MEM_WRITE_ONLY, bytes, NULL, &e);
@@ -77,29 +107,23 @@ static int measure_copy(cli_env *env, cl_ulong max_alloc, double *gbps, double *
     goto done;
   }
   const size_t global = bytes / 16;
+  /* 16-byte elements each way, a multiple of 1024 so that the driver's choice of work-group
+   * size is the one it makes for the large copy (an odd count got work-groups of one) */
+  size_t same = (size_t)(op_bytes / 32) / 1024 * 1024;
+  if (same < 1024) same = 1024;
+  const bool own = same < global; /* larger ops: the ceiling is their copy already */
   cli_progress pr;
-  cli_progress_begin(&pr, COPY_REPS + 2, "bench: copy bandwidth");
-  for (int r = -2; r < COPY_REPS; r++) { /* two untimed warm-up runs */
-    cl_event ev = NULL;
-    cl_ulong a = 0, b = 0;
-    e = clEnqueueNDRangeKernel(env->queue, k, 1, NULL, &global, NULL, 0, NULL, &ev);
-    if (e == CL_SUCCESS) e = clWaitForEvents(1, &ev);
-    if (e == CL_SUCCESS)
-      e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL);
-    if (e == CL_SUCCESS)
-      e = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL);
-    if (ev) clReleaseEvent(ev);
-    if (e != CL_SUCCESS) {
-      cli_progress_end(&pr);
-      snprintf(err, errlen, "copy benchmark: kernel run or profiling failed: %d", e);
-      goto done;
-    }
-    if (r >= 0) t[r] = (double)(b - a);
-    cli_progress_step(&pr, 1);
-  }
+  cli_progress_begin(&pr, (COPY_REPS + COPY_WARMUP) * (own ? 2 : 1), "bench: copy bandwidth");
+  double ns = 0, same_ns = 0;
+  e = time_copy(env, k, global, global, &ns, &pr);
+  if (e == CL_SUCCESS && own) e = time_copy(env, k, global, same, &same_ns, &pr);
   cli_progress_end(&pr);
-  const double ns = median(t, COPY_REPS);
+  if (e != CL_SUCCESS) {
+    snprintf(err, errlen, "copy benchmark: kernel run or profiling failed: %d", e);
+    goto done;
+  }
   *gbps = ns > 0 ? 2.0 * (double)bytes / ns : 0.0; /* read + written, bytes per ns = GB/s */
+  *same_gbps = !own ? *gbps : same_ns > 0 ? 32.0 * (double)same / same_ns : 0.0;
   double th[HOST_CALLS];
   const size_t small = 4096;
   for (int r = 0; r < HOST_CALLS && e == CL_SUCCESS; r++) {
@@ -203,8 +227,9 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   }
   const cli_bench_case *c = &cases[which];
 
-  double copy_gbps = 0, enqueue_us = 0;
-  rc = measure_copy(env, dev.max_alloc, &copy_gbps, &enqueue_us, err, sizeof err);
+  double copy_gbps = 0, copy_same_gbps = 0, enqueue_us = 0;
+  rc = measure_copy(env, dev.max_alloc, c->bytes, &copy_gbps, &copy_same_gbps, &enqueue_us, err,
+                    sizeof err);
   if (rc) {
     op->bench_cleanup(state);
     return cli_error(rc, "bench: %s", err);
@@ -291,6 +316,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
     double each_ms[EACH_MAX];
     for (unsigned x = 0; x < each; x++) each_ms[x] = median(te + (size_t)x * reps, reps) * 1e-6;
     const double ratio = copy_gbps > 0 ? gbps / copy_gbps : 0;
+    const double ratio_same = copy_same_gbps > 0 ? gbps / copy_same_gbps : 0;
     const double sub_ns = sub ? median(ts, reps) : 0;
     const double tflops = more->flops > 0 && med_ns > 0 ? more->flops / med_ns * 1e-3 : 0;
     const double sub_tflops = more->flops > 0 && sub_ns > 0 ? more->flops / sub_ns * 1e-3 : 0;
@@ -326,6 +352,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       ok = ok && cJSON_AddNumberToObject(j, "gbps", gbps);
       ok = ok && cJSON_AddNumberToObject(j, "copy_gbps", copy_gbps);
       ok = ok && cJSON_AddNumberToObject(j, "ratio", ratio);
+      ok = ok && cJSON_AddNumberToObject(j, "copy_same_gbps", copy_same_gbps);
+      ok = ok && cJSON_AddNumberToObject(j, "ratio_same", ratio_same);
       ok = ok && cJSON_AddBoolToObject(j, "cache_flush", flush != NULL);
       ok = ok && cJSON_AddStringToObject(j, "device", dev.name);
       ok = ok && cJSON_AddStringToObject(j, "platform", dev.platform);
@@ -371,7 +399,9 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
                last_names[x] ? last_names[x] : "?");
       printf("  moved      %.2f MB (every input read once, every output written once)\n",
              c->bytes / 1e6);
-      printf("  bandwidth  %.2f GB/s = %.2f of copy (%.2f GB/s)\n", gbps, ratio, copy_gbps);
+      printf("  bandwidth  %.2f GB/s = %.2f of copy (%.2f GB/s); %.2f of a copy of the same\n"
+             "             bytes (%.2f GB/s, one kernel's start and drain included)\n",
+             gbps, ratio, copy_gbps, ratio_same, copy_same_gbps);
       if (more->flops > 0)
         printf("  compute    %.4g TFLOP/s (%.4g GFLOP per pass)\n", tflops, more->flops * 1e-9);
       if (sub) {

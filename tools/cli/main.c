@@ -548,10 +548,12 @@ static const cli_command commands[] = {
      "before it run once first) is warmed up 3 times, then timed >= 20 times (more for short\n"
      "passes, about 1.5 s in all) by the OpenCL profiling times of its kernels; the median is\n"
      "reported with the bytes it must move, GB/s, and the device's copy bandwidth measured in\n"
-     "the same run (a 16-byte-element copy kernel over 256 MiB). Working sets under 64 MiB are\n"
-     "evicted from caches between repetitions by overwriting a 128 MiB buffer.\n"
+     "the same run (a 16-byte-element copy kernel over 256 MiB, and again over the pass's own\n"
+     "byte count, which pays one kernel's start and drain as the pass does). Working sets under\n"
+     "64 MiB are evicted from caches between repetitions by overwriting a 128 MiB buffer.\n"
      "  --json   exactly one JSON object on stdout (op, pass, rows, hidden, dtype, frozen,\n"
-     "           frozen_bias, bytes, median_ms, gbps, copy_gbps, ratio, device, …)\n" OP_OPTIONS_HELP},
+     "           frozen_bias, bytes, median_ms, gbps, copy_gbps, ratio, copy_same_gbps,\n"
+     "           ratio_same, device, …)\n" OP_OPTIONS_HELP},
     {"inspect", cmd_inspect, "list the tensors of a safetensors file",
      "usage: normgrad-cli inspect FILE\n"
      "\n"
