@@ -432,6 +432,20 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
   return NG_SUCCESS;
 }
 
+ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
+                                  size_t sections, size_t row_floats, size_t *bytes) {
+  ng_status s = NG_SUCCESS;
+  *bytes = 0;
+  for (int i = 0; i < 4 && s == NG_SUCCESS; i++) { /* vector-aligned or not × f32 or 16-bit */
+    const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, rows, n, i & 1,
+                                                   ng_bwd_mode(true, i & 2 ? NG_BF16 : NG_F32));
+    size_t b = 0;
+    s = ng_partials_scratch(ctx, &l, rows, n, sections, row_floats, &b);
+    if (b > *bytes) *bytes = b;
+  }
+  return s;
+}
+
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
   if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);

@@ -246,6 +246,10 @@ bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, si
  * followed by `row_floats` row sums per row. NG_ERR_INDEX_OVERFLOW when that does not fit. */
 ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
                               size_t sections, size_t row_floats, size_t *bytes);
+/* The largest ng_partials_scratch of the backward-with-dW launches of `kind` for any buffer
+ * alignment and x dtype (a scratch-size query knows neither; both pick the launch). */
+ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
+                                  size_t sections, size_t row_floats, size_t *bytes);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
 
@@ -341,22 +345,21 @@ static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    int mode);
 
-/* Sum `groups` rows of `n` f32 partials (at part_off floats into `part`) into `out` (its own
- * dtype), adding to what `out` holds when `accumulate` (reduce.c, cl/reduce.cl). Get the
- * program first, with the op's other programs, so a build failure enqueues nothing. */
+/* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
+ * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what
+ * `out` holds when `accumulate`. Get the program first, with the op's other programs, so a
+ * build failure enqueues nothing. */
 ng_status ng_reduce_program(ng_context *ctx, ng_dtype out_dtype, cl_program *prog);
 /* The options ng_reduce_program builds with (for variant enumeration). */
 void ng_reduce_opts(ng_opts *o, const ng_context *ctx, ng_dtype out_dtype);
-ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog, cl_mem part,
-                                     size_t part_off, unsigned groups, size_t n, ng_tensor out,
-                                     bool accumulate, cl_uint nwait, const cl_event *wait,
-                                     cl_event *event);
-/* Two such sums of one dtype (`groups` rows each) in one launch; b NULL = a alone. */
+/* fn for each reduction program an op's gradients can need (one per gradient dtype). */
+ng_status ng_reduce_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
 typedef struct ng_reduce_section {
   size_t part_off; /* floats into `part` */
   size_t n;        /* columns */
-  ng_tensor out;
+  ng_tensor out;   /* mem NULL: a frozen parameter, nothing to sum */
 } ng_reduce_section;
+/* The present sections of a and b (b may be NULL), of one dtype, in one launch. */
 ng_status ng_enqueue_reduce_sections(ng_context *ctx, cl_command_queue q, cl_program prog,
                                      cl_mem part, unsigned groups, const ng_reduce_section *a,
                                      const ng_reduce_section *b, bool accumulate, cl_uint nwait,

@@ -35,10 +35,27 @@ static size_t reduce_cw(const ng_context *ctx, unsigned rs, size_t n) {
   return cw;
 }
 
+ng_status ng_reduce_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
+  static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
+  ng_status s = NG_SUCCESS;
+  for (size_t i = 0; i < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; i++) {
+    ng_opts o;
+    ng_reduce_opts(&o, ctx, fl[i]);
+    s = fn(ctx, "reduce", &o, user);
+  }
+  return s;
+}
+
 ng_status ng_enqueue_reduce_sections(ng_context *ctx, cl_command_queue q, cl_program prog,
                                      cl_mem part, unsigned groups, const ng_reduce_section *a,
                                      const ng_reduce_section *b, bool accumulate, cl_uint nwait,
                                      const cl_event *wait, cl_event *event) {
+  if (b && !b->out.mem) b = NULL;
+  if (!a->out.mem) { /* the first parameter is frozen: the second alone */
+    a = b;
+    b = NULL;
+  }
+  if (!a) return ng_fail(NG_ERR_INTERNAL, "a gradient reduction with no gradient");
   const unsigned rs = reduce_slices(ctx);
   const size_t local = 64 * (size_t)rs;
   /* each section keeps the cw it would have alone, so its bits do not depend on the other */
@@ -57,13 +74,4 @@ ng_status ng_enqueue_reduce_sections(ng_context *ctx, cl_command_queue q, cl_pro
                          NG_ARG(ooff2), NG_ARG(cwa2)};
   return ng_enqueue(ctx, q, prog, "ng_reduce_partials", global, local, args, NG_ARRAY_LEN(args),
                     nwait, wait, event);
-}
-
-ng_status ng_enqueue_reduce_partials(ng_context *ctx, cl_command_queue q, cl_program prog,
-                                     cl_mem part, size_t part_off, unsigned groups, size_t n,
-                                     ng_tensor out, bool accumulate, cl_uint nwait,
-                                     const cl_event *wait, cl_event *event) {
-  const ng_reduce_section a = {part_off, n, out};
-  return ng_enqueue_reduce_sections(ctx, q, prog, part, groups, &a, NULL, accumulate, nwait, wait,
-                                    event);
 }

@@ -442,9 +442,8 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
                    NG_ARRAY_LEN(dx_args), 0, NULL, compute_dw || compute_db ? NULL : event);
   if (s == NG_SUCCESS && (compute_dw || compute_db)) { /* both gradients in one launch */
     const ng_reduce_section sw = {dwo, p->channels, dweight}, sb = {dbo, p->channels, dbias};
-    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)lay.prows,
-                                   compute_dw ? &sw : &sb, compute_dw && compute_db ? &sb : NULL,
-                                   acc, 0, NULL, event);
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)lay.prows, &sw, &sb, acc,
+                                   0, NULL, event);
   }
   ng_scratch_release(&sc);
   return s;
@@ -478,10 +477,5 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
           s = fn(ctx, "groupnorm", &o, user);
         }
     }
-  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
-    ng_opts o;
-    ng_reduce_opts(&o, ctx, fl[wi]);
-    s = fn(ctx, "reduce", &o, user);
-  }
-  return s;
+  return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;
 }

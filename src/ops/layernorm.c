@@ -105,16 +105,7 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
-  /* and the dtype, which picks the shape of 16-bit rows (NG_ROWS_X16) */
-  for (int i = 0; i < 4 && s == NG_SUCCESS; i++) {
-    const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, i & 1,
-                                                   ng_bwd_mode(true, i & 2 ? NG_BF16 : NG_F32));
-    size_t b = 0;
-    s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &b);
-    if (b > *bytes) *bytes = b;
-  }
-  return s;
+  return ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, bytes);
 }
 
 ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
@@ -216,8 +207,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s == NG_SUCCESS && sep_reduce) {
     const ng_reduce_section sw = {po, p->n, dweight};
     const ng_reduce_section sb = {po + (compute_dw ? (size_t)part_rows * p->n : 0), p->n, dbias};
-    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, part_rows, compute_dw ? &sw : &sb,
-                                   compute_dw && compute_db ? &sb : NULL, acc, 0, NULL, event);
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, part_rows, &sw, &sb, acc, 0, NULL,
+                                   event);
   }
   ng_scratch_release(&sc);
   return s;
@@ -262,11 +253,6 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             }
           }
       }
-  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
-    ng_opts o;
-    ng_reduce_opts(&o, ctx, fl[wi]);
-    s = fn(ctx, "reduce", &o, user);
-  }
-  return s;
+  return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;
 }
 

@@ -179,8 +179,8 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                  nwait, wait, sep_reduce ? NULL : event);
   if (s == NG_SUCCESS && sep_reduce) { /* both gradients in one launch */
     const ng_reduce_section sw = {pdw, 3, dweight}, sb = {pdb, 1, dbias};
-    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, l.groups, compute_dw ? &sw : &sb,
-                                   compute_dw && compute_db ? &sb : NULL, acc, 0, NULL, event);
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, l.groups, &sw, &sb, acc, 0, NULL,
+                                   event);
   }
   ng_scratch_release(&sc);
   return s;
@@ -211,10 +211,5 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
             s = fn(ctx, "polynorm", &o, user);
         }
     }
-  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
-    ng_opts o;
-    ng_reduce_opts(&o, ctx, fl[wi]);
-    s = fn(ctx, "reduce", &o, user);
-  }
-  return s;
+  return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;
 }

@@ -134,17 +134,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  /* The launch depends on the buffers' alignment, unknown here: size for either choice. */
-  /* and the dtype, which picks the shape of 16-bit rows (NG_ROWS_X16) */
-  const char *kind = rms_kind(fused, true);
-  for (int i = 0; i < 4 && s == NG_SUCCESS; i++) {
-    const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, p->rows, p->n, i & 1,
-                                                   ng_bwd_mode(true, i & 2 ? NG_BF16 : NG_F32));
-    size_t b = 0;
-    s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &b);
-    if (b > *bytes) *bytes = b;
-  }
-  return s;
+  return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1, bytes);
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -248,9 +238,11 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                    (size_t)l.groups * l.wg, l.wg, args, nargs, nwait, wait,
                    sep_reduce ? NULL : event);
   }
-  if (s == NG_SUCCESS && sep_reduce)
-    s = ng_enqueue_reduce_partials(ctx, queue, rprog, sc.mem, po, part_rows, p->n, dweight, acc, 0,
-                                   NULL, event);
+  if (s == NG_SUCCESS && sep_reduce) {
+    const ng_reduce_section sw = {po, p->n, dweight};
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, part_rows, &sw, NULL, acc, 0, NULL,
+                                   event);
+  }
   ng_scratch_release(&sc);
   return s;
 }
@@ -332,12 +324,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             }
           }
       }
-  for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
-    ng_opts o;
-    ng_reduce_opts(&o, ctx, fl[wi]);
-    s = fn(ctx, "reduce", &o, user);
-  }
-  return s;
+  return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;
 }
 
 ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
