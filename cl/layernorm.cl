@@ -710,3 +710,132 @@ ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x,
   (void)part_off;
 #endif
 }
+
+/* ---- backward of bf16 rows too long for a group's registers, split across groups (GPU) -----
+ * As ng_rmsnorm_bwd_coop (cl/rmsnorm.cl): S work-groups share each row, a slice each held in
+ * registers as storage bits, and exchange their shares of (Σ xhat·g, Σ g) (ng_common.clh, "rows
+ * split across work-groups"), so dy and x are read once. Every frozen variant takes it alike, so
+ * dx has the same bits. The dW / dB sums of a group stay in registers for all the rows of its
+ * set: `part` holds `sets` rows of dW partials (when COMPUTE_DW), then `sets` rows of dB. */
+/* With both gradients the dB sums live in local memory (the group's own 32 KB at 256 × 4): in
+ * registers beside the dW sums and the row they left one group per compute unit, and the kernel
+ * at 65536 took 197 us against 160 us for the column split (H100, bf16). */
+#define LN_DB_LOCAL (COMPUTE_DW && COMPUTE_DB)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                      __global const WT *w, ulong w_off, __global const float *mean,
+                      ulong mean_off, __global const float *rstd, ulong rstd_off,
+                      __global XT *dx, ulong dx_off, __global float *part, ulong part_off,
+                      uint rows, uint n, __global volatile uint *sync, ulong sync_off, uint S) {
+#if WG > 1
+  __local float2 red[WG];
+  __local uint tk;
+  __local float2 total;
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  dx += dx_off;
+  sync += sync_off;
+  const uint t = ng_coop_ticket(sync, &tk);
+  const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
+  const uint c0 = s * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+#if COMPUTE_DW
+  floatV dwr[REG];
+#pragma unroll
+  for (int q = 0; q < REG; q++) dwr[q] = (floatV)(0.0f);
+#endif
+#if COMPUTE_DB && LN_DB_LOCAL
+  /* each work-item's own slots (q·WG + lid): no barrier needed */
+  __local floatV dbl[WG * REG];
+#define LN_DBR(q) dbl[(q) * WG + lid]
+#elif COMPUTE_DB
+  floatV dbr[REG];
+#define LN_DBR(q) dbr[q]
+#endif
+#if COMPUTE_DB
+#pragma unroll
+  for (int q = 0; q < REG; q++) LN_DBR(q) = (floatV)(0.0f);
+#endif
+  uint it = 0;
+  for (uint r = k; r < rows; r += sets, it++) {
+    __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+    const float mu = mean[r], rs = rstd[r];
+    NG_RAWV(DTYPE) dys[REG], xs[REG];
+#pragma unroll
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      dys[q] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (NG_RAWV(DTYPE))(0);
+      xs[q] = i < nv ? NG_LDRV(DTYPE, xr, i) : (NG_RAWV(DTYPE))(0);
+    }
+#if PREFETCH
+    if (r + sets < rows) {
+      const ulong nx = (ulong)(r + sets) * n;
+#pragma unroll
+      for (int q = 0; q < REG; q++) {
+        const uint i = c0 + (uint)q * WG;
+        if (i < nv) {
+          NG_PREFETCH(dy + nx + (ulong)i * VEC);
+          NG_PREFETCH(x + nx + (ulong)i * VEC);
+        }
+      }
+    }
+#endif
+    accT a1 = 0.0f, a2 = 0.0f;
+#pragma unroll
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      if (i < nv) {
+        const floatV g = GRAD(NG_WIDENV(DTYPE, dys[q]), i);
+        a1 = ACC_FMA((NG_WIDENV(DTYPE, xs[q]) - mu) * rs, g, a1);
+        a2 = ACC_ADD(a2, g);
+      }
+    }
+    const float2 mine = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+    const float2 sums = ng_coop_sum2(mine, it, k, s, S, sync, sets, &total);
+    const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+    NG_UNROLL_STORES
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      if (i < nv) {
+        const floatV d = NG_WIDENV(DTYPE, dys[q]), xh = (NG_WIDENV(DTYPE, xs[q]) - mu) * rs;
+        STX(dxr, i, DX(d, xh, i));
+#if COMPUTE_DW
+        dwr[q] = fma(d, xh, dwr[q]);
+#endif
+#if COMPUTE_DB
+        LN_DBR(q) += d;
+#endif
+      }
+    }
+  }
+#if NEED_PART
+  __global float *prow = part + part_off + (ulong)k * n;
+  NG_UNROLL_STORES
+  for (int q = 0; q < REG; q++) {
+    const uint i = c0 + (uint)q * WG;
+    if (i < nv) {
+#if COMPUTE_DW
+      NG_STV(NG_F32, prow, i, dwr[q]);
+#endif
+#if COMPUTE_DB
+      NG_STV(NG_F32, prow + (COMPUTE_DW ? (ulong)sets * n : 0), i, LN_DBR(q));
+#endif
+    }
+  }
+#else
+  (void)part;
+  (void)part_off;
+#endif
+  ng_coop_leave(sync, sets, &tk);
+#else
+  /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
+  (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)mean, (void)mean_off;
+  (void)rstd, (void)rstd_off, (void)dx, (void)dx_off, (void)part, (void)part_off, (void)rows;
+  (void)n, (void)sync, (void)sync_off, (void)S;
+#endif
+}

@@ -601,3 +601,145 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     if (i < nv) NG_STV(NG_F32, prow, i, dwr[k]);
   }
 }
+
+/* ---- backward of bf16 rows too long for a group's registers, split across groups (GPU) -----
+ * The column split above reads dy and x twice. Here S work-groups share each row, a slice of
+ * WG·REG vectors each, held in registers as storage bits, and exchange their shares of Σ dy·w'·x
+ * (ng_common.clh, "rows split across work-groups"): dy and x are read once, and a group's dW
+ * sums stay in registers for all the rows of its set (one partial row per set). */
+#if HAS_DS
+#define RMS_COOP ng_fused_add_rmsnorm_bwd_coop
+#else
+#define RMS_COOP ng_rmsnorm_bwd_coop
+#endif
+/* ds_out is loaded with dy and x, so that it is in flight through the wait (H100, bf16, fused
+ * add frozen, loaded at its use -> early: 32768 135 -> 116 us, 65536 136 -> 115 us). With dW
+ * the registers are then short for the dW sums, which live in local memory instead (in
+ * registers the kernel at 65536 took 190 us, against 148 with ds loaded at its use). */
+#define DS_EARLY HAS_DS
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+         __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
+         __global XT *dx, ulong dx_off, __global float *part, ulong part_off, uint rows, uint n,
+         float offset, int mode, __global volatile uint *sync, ulong sync_off, uint S
+#if HAS_DS
+         , __global const XT *ds, ulong ds_off
+#endif
+) {
+#if WG > 1
+  __local float red[WG];
+  __local uint tk;
+  __local float2 total;
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  dy += dy_off;
+  x += x_off;
+  w += w_off;
+  rstd += rstd_off;
+  dx += dx_off;
+  sync += sync_off;
+#if HAS_DS
+  ds += ds_off;
+#endif
+  const uint t = ng_coop_ticket(sync, &tk);
+  const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
+  const uint c0 = s * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  floatV wc[REG];
+#if COMPUTE_DW && HAS_DS
+  __local floatV dwl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
+#define RMS_DWR(q) dwl[(q) * WG + lid]
+#elif COMPUTE_DW
+  floatV dwr[REG];
+#define RMS_DWR(q) dwr[q]
+#endif
+#pragma unroll
+  for (int q = 0; q < REG; q++) {
+    const uint i = c0 + (uint)q * WG;
+    wc[q] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+#if COMPUTE_DW
+    RMS_DWR(q) = (floatV)(0.0f);
+#endif
+  }
+  uint it = 0;
+  for (uint r = k; r < rows; r += sets, it++) {
+    __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+#if HAS_DS
+    __global const XT *dsr = ds + (ulong)r * n;
+#endif
+    RAWX dys[REG], xs[REG];
+#if DS_EARLY
+    RAWX dss[REG];
+#endif
+#pragma unroll
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      dys[q] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (RAWX)(0);
+      xs[q] = i < nv ? NG_LDRV(DTYPE, xr, i) : (RAWX)(0);
+#if DS_EARLY
+      dss[q] = i < nv ? NG_LDRV(DTYPE, dsr, i) : (RAWX)(0);
+#endif
+    }
+#if PREFETCH
+    if (r + sets < rows) {
+      const ulong nx = (ulong)(r + sets) * n;
+#pragma unroll
+      for (int q = 0; q < REG; q++) {
+        const uint i = c0 + (uint)q * WG;
+        if (i < nv) {
+          NG_PREFETCH(dy + nx + (ulong)i * VEC);
+          NG_PREFETCH(x + nx + (ulong)i * VEC);
+#if HAS_DS
+          NG_PREFETCH(ds + nx + (ulong)i * VEC);
+#endif
+        }
+      }
+    }
+#endif
+    floatV acc = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < REG; q++) acc = fma(WIDX(dys[q]) * wc[q], WIDX(xs[q]), acc);
+    const float mine = ng_wg_sum(ng_hsum(acc), red);
+    const float dot = ng_coop_sum2((float2)(mine, 0.0f), it, k, s, S, sync, sets, &total).x;
+    const float rs = rstd[r];
+    const float c = (rs * rs * rs) * (dot / (float)n);
+    NG_UNROLL_STORES
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      if (i < nv) {
+        const floatV d = WIDX(dys[q]), xv = WIDX(xs[q]);
+#if DS_EARLY
+        STX(dxr, i, RMS_DX(d, wc[q], xv) + WIDX(dss[q])); /* DX_OUT's sum: the same bits */
+#else
+        STX(dxr, i, DX_OUT(i, RMS_DX(d, wc[q], xv)));
+#endif
+#if COMPUTE_DW
+        RMS_DWR(q) = fma(d, RMS_XH(NG_RDV, xv), RMS_DWR(q));
+#endif
+      }
+    }
+  }
+#if COMPUTE_DW
+  __global float *prow = part + part_off + (ulong)k * n;
+  NG_UNROLL_STORES
+  for (int q = 0; q < REG; q++) {
+    const uint i = c0 + (uint)q * WG;
+    if (i < nv) NG_STV(NG_F32, prow, i, RMS_DWR(q));
+  }
+#else
+  (void)part;
+  (void)part_off;
+  (void)mode;
+#endif
+  ng_coop_leave(sync, sets, &tk);
+#else
+  /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
+  (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)rstd, (void)rstd_off;
+  (void)dx, (void)dx_off, (void)part, (void)part_off, (void)rows, (void)n, (void)offset;
+  (void)mode, (void)sync, (void)sync_off, (void)S;
+#if HAS_DS
+  (void)ds, (void)ds_off;
+#endif
+#endif
+}

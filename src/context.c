@@ -446,6 +446,71 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
   return s;
 }
 
+/* Split rows: 256 work-items of four vectors a slice (H100, bf16, rows·n = 2^25, probe beside the
+ * library in one run: backward with dW at 65536 151.6 us (row sums + column blocks + reduction)
+ * against 107 us + the reduction; 32768 144.2 against 106; frozen 65536 116.8 (rows streamed
+ * twice) against 96-98; frozen 32768 89.7 against 96. Two groups per compute unit measured best
+ * (264 groups: 98-107 us, 528: 100-113, 1056: 103-125). */
+#define NG_COOP_WG 256
+#define NG_COOP_REG 4
+#define NG_COOP_MAX_SLICES 16
+
+bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
+                  size_t n, ng_coop *c) {
+  const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2 : ctx->info.nv_shfl;
+  /* bf16 only: f16 rows widen through private memory (vload_half8), which took the kernel to
+   * 196.6 us at 65536 against 106.6 for bf16 */
+  if (!want || l->wg < 2 || l->vec != 8 || x_dtype != NG_BF16) return false;
+  const size_t nv = n / l->vec;
+  if (nv <= (size_t)l->wg * l->reg_cols) return false; /* the row fits one group */
+  ng_row_launch cl = *l;
+  if (!ctx->tune[NG_TUNE_WORKGROUP]) cl.wg = NG_COOP_WG;
+  if (cl.wg > ng_max_pow2_wg(ctx)) cl.wg = (unsigned)ng_max_pow2_wg(ctx);
+  cl.reg_cols = NG_COOP_REG;
+  cl.nv_shfl = ctx->info.nv_shfl && cl.wg % 32 == 0;
+  const size_t cover = (size_t)cl.wg * cl.reg_cols, slices = (nv + cover - 1) / cover;
+  size_t wait = ng_max_waiting_groups(ctx);
+  if (wait > NG_COOP_MAX_SLICES) wait = NG_COOP_MAX_SLICES;
+  if (slices > wait) return false;
+  /* the kernels with two kinds of sums keep one in local memory (a float vector per slot of the
+   * group) beside their reduction buffer */
+  if ((size_t)cl.wg * cl.reg_cols * 8 * 4 + (size_t)cl.wg * 8 + 64 > ctx->info.local_mem)
+    return false;
+  if (!c) return true;
+  size_t g = ctx->tune[NG_TUNE_GROUPS] ? ctx->tune[NG_TUNE_GROUPS]
+                                        : (size_t)ctx->info.compute_units * 2;
+  size_t sets = g / slices;
+  if (sets > rows) sets = rows;
+  if (sets > ((size_t)1 << 16)) sets = (size_t)1 << 16;
+  if (sets == 0) sets = 1;
+  cl.groups = cl.grid = (unsigned)(sets * slices);
+  c->l = cl;
+  c->slices = (unsigned)slices;
+  c->sets = (unsigned)sets;
+  return true;
+}
+
+ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
+                        ng_dtype x_dtype, size_t rows, size_t n, ng_coop *c, cl_mem *sync) {
+  *sync = NULL;
+  if (!ng_coop_plan(ctx, l, x_dtype, rows, n, c)) return NG_SUCCESS;
+  /* tickets, done count, a counter per set, two banks of two-float shares per group */
+  return ng_sync_area(ctx, q, 2 + c->sets + 4 * (size_t)c->l.groups, sync);
+}
+
+ng_status ng_coop_scratch(const ng_context *ctx, const char *kind, size_t rows, size_t n,
+                          size_t sections, size_t *bytes) {
+  const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, rows, n, true,
+                                                ng_bwd_mode(true, NG_BF16));
+  ng_coop c;
+  size_t b = 0;
+  if (ng_coop_plan(ctx, &l, NG_BF16, rows, n, &c) &&
+      ng_mul_overflows((size_t)c.sets * 4 * sections, n, &b))
+    return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
+  if (b > *bytes) *bytes = b;
+  return NG_SUCCESS;
+}
+
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
   if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);

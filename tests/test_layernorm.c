@@ -337,6 +337,32 @@ static void test_fused_reduce(void **state) {
   ng_test_reset_overrides(e->ctx);
 }
 
+/* bf16 rows split across work-groups that exchange their shares of the row sums (the default
+ * for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere); as test_split_rows in
+ * test_rmsnorm.c: 64 work-items of one vector, slices of 64·4 vectors, so n = 8·200 is one slice
+ * (CPU devices take only that), 8·1000 four and 8·4000 sixteen (GPUs; elsewhere the column split
+ * or rows streamed twice). Sets of one group, a few, more than the rows and the default; each
+ * parameter configuration, accumulate, offsets, an f16 case (which keeps the other paths). */
+static void test_split_rows(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_test_fused_reduce_shape(e->ctx, 64, 1); /* NG_TUNE_FUSED_REDUCE = 2 also splits rows */
+  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}};
+  const unsigned groups[] = {NG_TUNE_AUTO, 1, 7, 64};
+  const size_t configs[] = {0, 1, 2, 5, 8, 11, 13}; /* as test_fused_reduce, and none at all */
+  uint64_t seed = 1300;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      const size_t k = (g * 4 + i) % NG_ARRAY_LEN(configs);
+      ln_case c = make_case(shapes[i][0], shapes[i][1], (g + i) % 4 == 3 ? NG_F16 : NG_BF16,
+                            (ng_dtype)((g + i) % 3), &PARAMS[configs[k]], i == 1 ? 8 : 0, seed++);
+      run_case(&c);
+    }
+  }
+  ng_test_reset_overrides(e->ctx);
+}
+
 /* Backward is the gradient of forward: L = Σ y·g, checked by central differences in f32. */
 static double loss(ng_test_env *e, const ng_layernorm_params *p, const float *x, const float *w,
                    const float *b, const float *g) {
@@ -766,6 +792,7 @@ int main(void) {
       cmocka_unit_test(test_large_mean),      cmocka_unit_test(test_workgroup_shape),
       cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_shapes),          cmocka_unit_test(test_fused_reduce),
+      cmocka_unit_test(test_split_rows),
       cmocka_unit_test(test_prebuild),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

@@ -248,6 +248,37 @@ static void test_fused_reduce(void **state) {
   ng_test_reset_overrides(e->ctx);
 }
 
+/* bf16 rows split across work-groups that exchange their shares of the row sum (the default
+ * for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere). With 64 work-items of one vector,
+ * a row of more than 64 vectors is beyond the group; a slice is 64·4 vectors: n = 8·200 is one
+ * slice (the only split a CPU device takes: no group waits for another there), 8·1000 four and
+ * 8·4000 sixteen (GPUs; elsewhere the column split or rows streamed twice). Sets of one group,
+ * a few, more than the rows, and the device's default; every weight dtype, frozen, accumulate,
+ * offsets, the casting modes (and f16 rows, which keep the other paths). Each case runs several
+ * backwards on one queue, so the kernel's counters and share banks must be back at zero after
+ * each. */
+static void test_split_rows(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_test_fused_reduce_shape(e->ctx, 64, 1); /* NG_TUNE_FUSED_REDUCE = 2 also splits rows */
+  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}, {2, 1608}};
+  const unsigned groups[] = {NG_TUNE_AUTO, 1, 7, 64};
+  const int wds[] = {NG_F32, NG_BF16, NG_F16, -1};
+  uint64_t seed = 900;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      const int wd = wds[(g + i) % 4];
+      const bool frozen = wd < 0 || (g + i) % 3 == 2;
+      rms_case c = {shapes[i][0], shapes[i][1], (g + i) % 4 == 3 ? NG_F16 : NG_BF16, wd,
+                    (ng_casting_mode)((g + 2 * i) % 3), frozen, !frozen && g % 2 == 1,
+                    i == 1 ? 8 : 0, 0.5f, 1e-5f, seed++};
+      run_case(&c);
+    }
+  }
+  ng_test_reset_overrides(e->ctx);
+}
+
 /* Backward is the gradient of forward: L = Σ y·g, checked by central differences in f32 with
  * the gemma mode (no intermediate rounding) and a non-trivial offset. */
 static double loss(ng_test_env *e, const ng_rmsnorm_params *p, const float *x, const float *w,
@@ -374,6 +405,7 @@ int main(void) {
       cmocka_unit_test(test_matrix),          cmocka_unit_test(test_workgroup_shape),
       cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_shapes),          cmocka_unit_test(test_fused_reduce),
+      cmocka_unit_test(test_split_rows),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -105,7 +105,9 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  return ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, bytes);
+  s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, bytes);
+  if (s == NG_SUCCESS) s = ng_coop_scratch(ctx, "layernorm.bwd", p->rows, p->n, sections, bytes);
+  return s;
 }
 
 ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
@@ -148,29 +150,40 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
       ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
       ng_bwd_mode(partials, x.dtype));
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
+  /* rows split across groups (whatever is frozen, so that dx has the same bits), when this
+   * queue gets a counter area; else the column split (with partials) or rows streamed twice */
+  ng_coop cp;
+  cl_mem sync;
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, &cp, &sync);
+  if (s != NG_SUCCESS) return s;
+  const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
-  const bool split = partials && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
+  const bool split =
+      partials && !coop && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row sums) */
-  if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
+  if (partials && coop) scratch_bytes = (size_t)cp.sets * sections * p->n * 4; /* as sizes check */
+  else if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;
   if (s == NG_SUCCESS)
-    s = ng_fused_plan(ctx, queue, &l, p->n, split ? 0 : sections, dweight, dbias, acc, &f);
-  if (s != NG_SUCCESS) return s;
+    s = ng_fused_plan(ctx, queue, &l, p->n, split || coop ? 0 : sections, dweight, dbias, acc,
+                      &f);
   const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
-  const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
+  const unsigned part_rows = coop ? cp.sets : split ? (unsigned)rgroups : l.groups;
   ng_opts o;
-  bwd_opts(&o, &l, x.dtype, weight.mem ? (int)weight.dtype : -1, compute_dw, compute_db, f.on,
-           compute_db ? dbias.dtype : NG_F32);
+  bwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem ? (int)weight.dtype : -1, compute_dw,
+           compute_db, f.on, compute_db ? dbias.dtype : NG_F32);
   cl_program prog, rprog = NULL;
-  s = ng_get_program(ctx, "layernorm", &o, &prog);
+  if (s == NG_SUCCESS) s = ng_get_program(ctx, "layernorm", &o, &prog);
   /* dweight and dbias share a dtype (check_affine): one reduction program and launch */
   if (s == NG_SUCCESS && sep_reduce)
     s = ng_reduce_program(ctx, compute_dw ? dweight.dtype : dbias.dtype, &rprog);
-  if (s != NG_SUCCESS) return s;
   ng_scratch sc;
-  s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
-  if (s != NG_SUCCESS) return s;
+  if (s == NG_SUCCESS) s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
+  if (s != NG_SUCCESS) {
+    if (sync) clReleaseMemObject(sync);
+    return s;
+  }
 
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, mo = mean.offset,
            ro = rstd.offset, dxo = dx.offset;
@@ -181,7 +194,18 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(dx.mem),   NG_ARG(dxo),
                          NG_ARG(sc.mem),     NG_ARG(po),  NG_ARG(rows),     NG_ARG(n),
                          NG_FUSED_KARGS(f)};
-  if (split) {
+  if (coop) {
+    cl_ulong sync_off = 0;
+    cl_uint slices = cp.slices;
+    const ng_arg kargs[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
+                            NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(mean.mem), NG_ARG(mo),
+                            NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(dx.mem),   NG_ARG(dxo),
+                            NG_ARG(sc.mem),     NG_ARG(po),  NG_ARG(rows),     NG_ARG(n),
+                            NG_ARG(sync),       NG_ARG(sync_off), NG_ARG(slices)};
+    s = ng_enqueue(ctx, queue, prog, "ng_layernorm_bwd_coop", (size_t)cp.l.groups * cp.l.wg,
+                   cp.l.wg, kargs, NG_ARRAY_LEN(kargs), nwait, wait, sep_reduce ? NULL : event);
+    clReleaseMemObject(sync);
+  } else if (split) {
     cl_ulong so = po + (cl_ulong)rgroups * sections * p->n; /* the row sums follow the partials */
     cl_uint nb = (cl_uint)nblocks;
     const ng_arg sargs[] = {NG_ARG(dy.mem), NG_ARG(dyo), NG_ARG(x.mem),    NG_ARG(xo),
@@ -234,6 +258,9 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(true, xd));
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
+        ng_coop cz, cpp; /* rows split across groups: instead of lz / lp, never FUSED_RED */
+        const bool coop = ng_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, &cz) &&
+                          ng_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, &cpp);
         for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)
           for (int bi = -1; bi < 3 && s == NG_SUCCESS; bi++) {
             if (wi >= 0 && bi >= 0 && bi != wi) continue; /* a bias has the weight's dtype */
@@ -244,8 +271,8 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
               const bool dw = t & 1, db = t & 2;
               if ((dw && wi < 0) || (db && bi < 0)) continue;
               const bool part = dw || db;
-              const ng_row_launch *l = part ? &lp : &lz;
-              const bool fused = part && !split &&
+              const ng_row_launch *l = coop ? (part ? &cpp.l : &cz.l) : part ? &lp : &lz;
+              const bool fused = part && !split && !coop &&
                                  ng_fused_wanted(ctx, l, n, (dw ? 1u : 0u) + (db ? 1u : 0u));
               bwd_opts(&o, l, xd, wi >= 0 ? (int)fl[wi] : -1, dw, db, fused,
                        bi >= 0 ? fl[bi] : NG_F32);

@@ -134,7 +134,9 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1, bytes);
+  s = ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1, bytes);
+  if (s == NG_SUCCESS) s = ng_coop_scratch(ctx, rms_kind(fused, true), p->rows, p->n, 1, bytes);
+  return s;
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -179,26 +181,37 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw),
                                                 p->rows, p->n, vec_ok,
                                                 ng_bwd_mode(compute_dw, x.dtype));
+  /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
+   * gets a counter area; else the column split (with dW) or rows streamed twice */
+  ng_coop cp;
+  cl_mem sync;
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, &cp, &sync);
+  if (s != NG_SUCCESS) return s;
+  const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
-  const bool split = compute_dw && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
+  const bool split =
+      compute_dw && !coop && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row dots) */
-  if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
+  if (compute_dw && coop) scratch_bytes = (size_t)cp.sets * p->n * 4; /* fits: as sizes check */
+  else if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;
   if (s == NG_SUCCESS)
-    s = ng_fused_plan(ctx, queue, &l, p->n, compute_dw && !split ? 1 : 0, dweight,
+    s = ng_fused_plan(ctx, queue, &l, p->n, compute_dw && !split && !coop ? 1 : 0, dweight,
                       ng_tensor_none(), acc, &f);
-  if (s != NG_SUCCESS) return s;
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
-  bwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds, f.on);
+  bwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds,
+           f.on);
   cl_program prog, rprog = NULL;
-  s = ng_get_program(ctx, "rmsnorm", &o, &prog);
+  if (s == NG_SUCCESS) s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
-  if (s != NG_SUCCESS) return s;
   ng_scratch sc;
-  s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
-  if (s != NG_SUCCESS) return s;
+  if (s == NG_SUCCESS) s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
+  if (s != NG_SUCCESS) {
+    if (sync) clReleaseMemObject(sync);
+    return s;
+  }
 
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
   cl_ulong po = sc.offset_bytes / 4, dso = ds_out.offset;
@@ -212,8 +225,23 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                          NG_FUSED_KARGS(f),  NG_ARG(ds_out.mem), NG_ARG(dso)};
   /* The last two arguments exist only in the HAS_DS variant. */
   const cl_uint nargs = (cl_uint)NG_ARRAY_LEN(args) - (has_ds ? 0 : 2);
-  const unsigned part_rows = split ? (unsigned)rgroups : l.groups;
-  if (split) {
+  const unsigned part_rows = coop ? cp.sets : split ? (unsigned)rgroups : l.groups;
+  if (coop) {
+    cl_ulong sync_off = 0;
+    cl_uint slices = cp.slices;
+    const ng_arg kargs[] = {NG_ARG(dy.mem),     NG_ARG(dyo),      NG_ARG(x.mem),    NG_ARG(xo),
+                            NG_ARG(weight.mem), NG_ARG(wo),       NG_ARG(rstd.mem), NG_ARG(ro),
+                            NG_ARG(dx.mem),     NG_ARG(dxo),      NG_ARG(sc.mem),   NG_ARG(po),
+                            NG_ARG(rows),       NG_ARG(n),        NG_ARG(off),      NG_ARG(mode),
+                            NG_ARG(sync),       NG_ARG(sync_off), NG_ARG(slices),
+                            NG_ARG(ds_out.mem), NG_ARG(dso)};
+    s = ng_enqueue(ctx, queue, prog,
+                   has_ds ? "ng_fused_add_rmsnorm_bwd_coop" : "ng_rmsnorm_bwd_coop",
+                   (size_t)cp.l.groups * cp.l.wg, cp.l.wg, kargs,
+                   (cl_uint)NG_ARRAY_LEN(kargs) - (has_ds ? 0 : 2), nwait, wait,
+                   sep_reduce ? NULL : event);
+    clReleaseMemObject(sync);
+  } else if (split) {
     cl_ulong dots = po + rgroups * p->n; /* the row dots follow the partials */
     cl_uint nb = (cl_uint)nblocks;
     const ng_arg dargs[] = {NG_ARG(dy.mem),     NG_ARG(dyo), NG_ARG(x.mem),  NG_ARG(xo),
@@ -311,7 +339,9 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
                                    pass == 0 ? NG_ROWS_FWD : ng_bwd_mode(pass == 2, fl[xi]));
           size_t nb, rg;
-          const bool fused_red = pass == 2 && ng_fused_wanted(ctx, &l, n, 1) &&
+          ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
+          const bool coop = pass > 0 && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n, &cp);
+          const bool fused_red = pass == 2 && !coop && ng_fused_wanted(ctx, &l, n, 1) &&
                                  !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
@@ -319,7 +349,8 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
               ng_opts o;
               if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
-              else bwd_opts(&o, &l, fl[xi], has_w, wd, pass == 2, ds != 0, fused_red);
+              else bwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, pass == 2, ds != 0,
+                            fused_red);
               if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
             }
           }

@@ -26,9 +26,9 @@ typedef struct ng_test_env {
  * once per process; released by ng_test_env_release(). */
 ng_test_env *ng_test_env_get(void);
 void ng_test_env_release(void);
-/* The GPU-shaped row kernels with the parameter gradients summed in the backward kernel
- * (NG_TUNE_FUSED_REDUCE = 2), on whatever device runs the tests: wg work-items and reg register
- * slots (0 leaves that one to the device). */
+/* The GPU-shaped row kernels with the parameter gradients summed in the backward kernel and
+ * long bf16 rows split across work-groups (NG_TUNE_FUSED_REDUCE = 2), on whatever device runs
+ * the tests: wg work-items and reg register slots (0 leaves that one to the device). */
 void ng_test_fused_reduce_shape(ng_context *ctx, unsigned wg, unsigned reg);
 /* Every launch override of ctx back to NG_TUNE_AUTO. */
 void ng_test_reset_overrides(ng_context *ctx);
