@@ -748,7 +748,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #pragma unroll
   for (int q = 0; q < REG; q++) dwr[q] = (floatV)(0.0f);
 #endif
-#if COMPUTE_DB && LN_DB_LOCAL
+#if LN_DB_LOCAL
   /* each work-item's own slots (q·WG + lid): no barrier needed */
   __local floatV dbl[WG * REG];
 #define LN_DBR(q) dbl[(q) * WG + lid]

@@ -612,12 +612,10 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #else
 #define RMS_COOP ng_rmsnorm_bwd_coop
 #endif
-/* ds_out is loaded with dy and x, so that it is in flight through the wait (H100, bf16, fused
- * add frozen, loaded at its use -> early: 32768 135 -> 116 us, 65536 136 -> 115 us). With dW
- * the registers are then short for the dW sums, which live in local memory instead (in
+/* With HAS_DS, ds_out is loaded with dy and x, so that it is in flight through the wait (H100,
+ * bf16, fused add frozen, loaded at its use -> early: 32768 135 -> 116 us, 65536 136 -> 115 us).
+ * With dW the registers are then short for the dW sums, which live in local memory instead (in
  * registers the kernel at 65536 took 190 us, against 148 with ds loaded at its use). */
-#define DS_EARLY HAS_DS
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
@@ -669,7 +667,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     __global const XT *dsr = ds + (ulong)r * n;
 #endif
     RAWX dys[REG], xs[REG];
-#if DS_EARLY
+#if HAS_DS
     RAWX dss[REG];
 #endif
 #pragma unroll
@@ -677,7 +675,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       const uint i = c0 + (uint)q * WG;
       dys[q] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (RAWX)(0);
       xs[q] = i < nv ? NG_LDRV(DTYPE, xr, i) : (RAWX)(0);
-#if DS_EARLY
+#if HAS_DS
       dss[q] = i < nv ? NG_LDRV(DTYPE, dsr, i) : (RAWX)(0);
 #endif
     }
@@ -709,7 +707,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       const uint i = c0 + (uint)q * WG;
       if (i < nv) {
         const floatV d = WIDX(dys[q]), xv = WIDX(xs[q]);
-#if DS_EARLY
+#if HAS_DS
         STX(dxr, i, RMS_DX(d, wc[q], xv) + WIDX(dss[q])); /* DX_OUT's sum: the same bits */
 #else
         STX(dxr, i, DX_OUT(i, RMS_DX(d, wc[q], xv)));

@@ -437,10 +437,17 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
   ng_status s = NG_SUCCESS;
   *bytes = 0;
   for (int i = 0; i < 4 && s == NG_SUCCESS; i++) { /* vector-aligned or not × f32 or 16-bit */
-    const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, rows, n, i & 1,
-                                                   ng_bwd_mode(true, i & 2 ? NG_BF16 : NG_F32));
-    size_t b = 0;
+    const ng_dtype xd = i & 2 ? NG_BF16 : NG_F32;
+    const ng_row_launch l =
+        ng_choose_row_launch_k(ctx, kind, rows, n, i & 1, ng_bwd_mode(true, xd));
+    size_t b = 0, bc = 0;
     s = ng_partials_scratch(ctx, &l, rows, n, sections, row_floats, &b);
+    /* the rows split across groups, where they may be (a queue without a counter area falls
+     * back to the launch above) */
+    ng_coop c;
+    if (s == NG_SUCCESS && ng_coop_plan(ctx, &l, xd, rows, n, &c))
+      s = ng_coop_partials(&c, n, sections, &bc);
+    if (bc > b) b = bc;
     if (b > *bytes) *bytes = b;
   }
   return s;
@@ -476,7 +483,6 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
    * group) beside their reduction buffer */
   if ((size_t)cl.wg * cl.reg_cols * 8 * 4 + (size_t)cl.wg * 8 + 64 > ctx->info.local_mem)
     return false;
-  if (!c) return true;
   size_t g = ctx->tune[NG_TUNE_GROUPS] ? ctx->tune[NG_TUNE_GROUPS]
                                         : (size_t)ctx->info.compute_units * 2;
   size_t sets = g / slices;
@@ -498,16 +504,9 @@ ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch
   return ng_sync_area(ctx, q, 2 + c->sets + 4 * (size_t)c->l.groups, sync);
 }
 
-ng_status ng_coop_scratch(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                          size_t sections, size_t *bytes) {
-  const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, rows, n, true,
-                                                ng_bwd_mode(true, NG_BF16));
-  ng_coop c;
-  size_t b = 0;
-  if (ng_coop_plan(ctx, &l, NG_BF16, rows, n, &c) &&
-      ng_mul_overflows((size_t)c.sets * 4 * sections, n, &b))
+ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes) {
+  if (ng_mul_overflows((size_t)c->sets * 4 * sections, n, bytes))
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
-  if (b > *bytes) *bytes = b;
   return NG_SUCCESS;
 }
 

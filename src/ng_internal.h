@@ -246,8 +246,9 @@ bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, si
  * followed by `row_floats` row sums per row. NG_ERR_INDEX_OVERFLOW when that does not fit. */
 ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
                               size_t sections, size_t row_floats, size_t *bytes);
-/* The largest ng_partials_scratch of the backward-with-dW launches of `kind` for any buffer
- * alignment and x dtype (a scratch-size query knows neither; both pick the launch). */
+/* The largest scratch of the backward-with-dW launches of `kind` for any buffer alignment and x
+ * dtype (a scratch-size query knows neither; both pick the launch): ng_partials_scratch, and
+ * ng_coop_partials where the rows may be split across groups. */
 ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
                                   size_t sections, size_t row_floats, size_t *bytes);
 /* Backward of bf16 rows beyond a launch's registers, each row split across `slices` work-groups
@@ -269,11 +270,8 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
  * counter area). Errors only from making the area. */
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
                         ng_dtype x_dtype, size_t rows, size_t n, ng_coop *c, cl_mem *sync);
-/* Raise *bytes to the scratch of the split kernel's partials (`sections` rows of n floats per
- * set) for the backward-with-gradients launch of `kind` on bf16 aligned rows, the one dtype and
- * alignment it takes; a scratch-size query knows neither. */
-ng_status ng_coop_scratch(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                          size_t sections, size_t *bytes);
+/* Bytes of the split kernel's partials: per section (dW, dB) one row of n floats per set. */
+ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
 void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
 

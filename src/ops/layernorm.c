@@ -105,9 +105,7 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, bytes);
-  if (s == NG_SUCCESS) s = ng_coop_scratch(ctx, "layernorm.bwd", p->rows, p->n, sections, bytes);
-  return s;
+  return ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, bytes);
 }
 
 ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
@@ -161,7 +159,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool split =
       partials && !coop && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row sums) */
-  if (partials && coop) scratch_bytes = (size_t)cp.sets * sections * p->n * 4; /* as sizes check */
+  if (partials && coop) s = ng_coop_partials(&cp, p->n, sections, &scratch_bytes);
   else if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;

@@ -134,9 +134,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  s = ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1, bytes);
-  if (s == NG_SUCCESS) s = ng_coop_scratch(ctx, rms_kind(fused, true), p->rows, p->n, 1, bytes);
-  return s;
+  return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1, bytes);
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -192,7 +190,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const bool split =
       compute_dw && !coop && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
   size_t scratch_bytes = 0; /* the row partials (column split: and the row dots) */
-  if (compute_dw && coop) scratch_bytes = (size_t)cp.sets * p->n * 4; /* fits: as sizes check */
+  if (compute_dw && coop) s = ng_coop_partials(&cp, p->n, 1, &scratch_bytes);
   else if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;
