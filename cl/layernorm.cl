@@ -730,7 +730,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #if WG > 1
   __local float2 red[WG];
   __local uint tk;
-  __local float2 total;
+  __local float4 total;
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   dy += dy_off;
@@ -796,7 +796,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
       }
     }
     const float2 mine = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
-    const float2 sums = ng_coop_sum2(mine, it, k, s, S, sync, sets, &total);
+    const float2 sums = ng_coop_sum((float4)(mine, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).xy;
     const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
@@ -831,7 +831,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
   (void)part;
   (void)part_off;
 #endif
-  ng_coop_leave(sync, sets, &tk);
+  (void)ng_coop_leave(sync, sets, &tk);
 #else
   /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
   (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)mean, (void)mean_off;

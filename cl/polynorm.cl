@@ -257,6 +257,19 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
     }                                                                                                \
   } while (0)
 
+/* The backward kernels' first lines: the work-item, the row's vectors, the buffers at their
+ * offsets, the weights and n as a float. */
+#define PN_BWD_SETUP()                                                                               \
+  const uint lid = get_local_id(0);                                                                  \
+  const uint nv = n / VEC;                                                                           \
+  dy += dy_off;                                                                                      \
+  x += x_off;                                                                                        \
+  dx += dx_off;                                                                                      \
+  rstd += rstd_off;                                                                                  \
+  const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);                 \
+  const float w2 = pn_ld_param(w, w_off + 2, pdt);                                                   \
+  const float nf = (float)n
+
 /* With S_p = Σ dy·x^p:
  *   dx = dy·(3·w0·r3·x² + 2·w1·r2·x + w2·r1) − x·(K3·x⁴ + K2·x² + K1),
  *   K3 = 3·w0·r3³·S3/n, K2 = 2·w1·r2³·S2/n, K1 = w2·r1³·S1/n;
@@ -269,15 +282,7 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
                 ulong pdw_off, __global float *part_db, ulong pdb_off, uint rows, uint n,
                 NG_FUSED_ARGS) {
   __local float4 red4[WG];
-  const uint lid = get_local_id(0);
-  const uint nv = n / VEC;
-  dy += dy_off;
-  x += x_off;
-  dx += dx_off;
-  rstd += rstd_off;
-  const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);
-  const float w2 = pn_ld_param(w, w_off + 2, pdt);
-  const float nf = (float)n;
+  PN_BWD_SETUP();
 #if COMPUTE_DW
   float dw3 = 0.0f, dw2 = 0.0f, dw1 = 0.0f;
 #else
@@ -388,4 +393,124 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
   NG_FUSED_UNUSED();
 #endif
 }
+
+/* ---- backward of bf16 rows too long for a group's registers, split across groups (GPU) -----
+ * As in rmsnorm.cl: S work-groups share each row, a slice of WG·REG vectors each, held in
+ * registers as storage bits, and exchange their shares of the row's four sums (ng_common.clh,
+ * "rows split across work-groups"), so dy and x are read once instead of twice. dW and dB are
+ * scalars: slice 0 of each set adds the full row sums' terms, in row order, into its set's four
+ * partials (part[k·4 …]: dw3, dw2, dw1, db), and the last group to leave sums the sets' partials
+ * in set order into dweight and dbias itself (a reduction launch costs more than these few
+ * floats: 5-6 us on the H100). Every frozen combination takes this kernel: dx has the same bits.
+ * Built with REG (the host adds it for this launch only) and, with a gradient, its dtype G_DTYPE:
+ * PoCL 3.1 sent every work-item through the stores' work-item test when a branch on a dtype
+ * argument sat inside it. */
+#ifdef REG
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                     __global const uchar *w, ulong w_off, int pdt, __global const float *rstd,
+                     ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part,
+                     ulong part_off, __global uchar *gdw, ulong gdw_off, __global uchar *gdb,
+                     ulong gdb_off, int acc, uint rows, uint n, __global volatile uint *sync,
+                     ulong sync_off, uint S) {
+#if WG >= 4
+  __local float4 red4[WG];
+  __local uint tk;
+  __local float4 total;
+  PN_BWD_SETUP();
+  sync += sync_off;
+  const uint t = ng_coop_ticket(sync, &tk);
+  const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
+  /* the work-item's first vector of the row (c0 is a coefficient of PN_BWD_COEFFS) */
+  const uint v0 = s * (uint)(WG * REG) + lid;
+#if COMPUTE_DW
+  float dw3 = 0.0f, dw2 = 0.0f, dw1 = 0.0f;
+#endif
+#if COMPUTE_DB
+  float dbs = 0.0f;
+#endif
+  uint it = 0;
+  for (uint r = k; r < rows; r += sets, it++) {
+    __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
+    __global XT *dxr = dx + (ulong)r * n;
+    NG_RAWV(DTYPE) dys[REG], xs[REG];
+#pragma unroll
+    for (int q = 0; q < REG; q++) {
+      const uint i = v0 + (uint)q * WG;
+      dys[q] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (NG_RAWV(DTYPE))(0);
+      xs[q] = i < nv ? NG_LDRV(DTYPE, xr, i) : (NG_RAWV(DTYPE))(0);
+    }
+#if PREFETCH
+    if (r + sets < rows) {
+      const ulong nx = (ulong)(r + sets) * n;
+#pragma unroll
+      for (int q = 0; q < REG; q++) {
+        const uint i = v0 + (uint)q * WG;
+        if (i < nv) {
+          NG_PREFETCH(dy + nx + (ulong)i * VEC);
+          NG_PREFETCH(x + nx + (ulong)i * VEC);
+        }
+      }
+    }
+#endif
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
+#if COMPUTE_DB
+    floatV ad = (floatV)(0.0f);
+#endif
+#pragma unroll
+    for (int q = 0; q < REG; q++)
+      if (v0 + (uint)q * WG < nv) PN_BSUMS1(NG_WIDENV(DTYPE, dys[q]), NG_WIDENV(DTYPE, xs[q]));
+#if COMPUTE_DB
+    const float4 mine =
+        ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), ng_hsum(ad)), red4);
+    const float4 sums = ng_coop_sum(mine, 4, it, k, s, S, sync, sets, &total);
+    dbs += sums.w;
+#else
+    const float4 mine = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
+    const float4 sums = ng_coop_sum(mine, 3, it, k, s, S, sync, sets, &total);
+#endif
+    const float s1 = sums.x, s2 = sums.y, s3 = sums.z;
+    PN_BWD_COEFFS();
+    NG_UNROLL_STORES
+    for (int q = 0; q < REG; q++) {
+      const uint i = v0 + (uint)q * WG;
+      if (i < nv) STX(dxr, i, PN_DX(NG_WIDENV(DTYPE, dys[q]), NG_WIDENV(DTYPE, xs[q])));
+    }
+  }
+#if COMPUTE_DW || COMPUTE_DB
+  part += part_off;
+  if (s == 0 && lid == 0) {
+#if COMPUTE_DW
+    part[(ulong)k * 4] = dw3;
+    part[(ulong)k * 4 + 1] = dw2;
+    part[(ulong)k * 4 + 2] = dw1;
+#endif
+#if COMPUTE_DB
+    part[(ulong)k * 4 + 3] = dbs;
+#endif
+  }
+  if (!ng_coop_leave(sync, sets, &tk)) return;
+  /* The last group: four columns, WG / 4 slices of the sets each, then a fixed tree (the bits
+   * depend on (sets, WG) alone). */
+  const uint col = lid % 4, slices = WG / 4;
+  float v = ng_slice_sum(part + col, 4, sets, lid / 4, slices, 8);
+  v = ng_slice_tree(v, 4, slices, (__local float *)red4);
+  __global NG_STORE(G_DTYPE) *out = lid == 3 ? (__global NG_STORE(G_DTYPE) *)gdb + gdb_off
+                                              : (__global NG_STORE(G_DTYPE) *)gdw + gdw_off + lid;
+  if (lid < 4 && (lid < 3 ? COMPUTE_DW : COMPUTE_DB)) {
+    if (acc) v = NG_LD1(G_DTYPE, out, 0) + v;
+    NG_ST1(G_DTYPE, out, 0, v);
+  }
+#else
+  (void)part, (void)part_off, (void)gdw, (void)gdw_off, (void)gdb, (void)gdb_off, (void)acc;
+  (void)ng_coop_leave(sync, sets, &tk);
+#endif
+#else
+  /* the host plans this kernel for work-groups of at least four (ng_coop_plan) */
+  (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)pdt, (void)rstd;
+  (void)rstd_off, (void)dx, (void)dx_off, (void)part, (void)part_off, (void)gdw, (void)gdw_off;
+  (void)gdb, (void)gdb_off, (void)acc, (void)rows, (void)n, (void)sync, (void)sync_off, (void)S;
+#endif
+}
+#endif
 #endif

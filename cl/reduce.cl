@@ -5,11 +5,12 @@
  * over the groups in order (PoCL vectorises across the work-items).
  *
  * GPU shape (RS > 1): a work-group of WGS = RS·CW work-items covers `cw` consecutive columns
- * (a kernel argument, a power of two ≤ CW) with WGS / cw row slices. Slice s sums rows
+ * (a kernel argument, a power of two ≤ WGS) with WGS / cw row slices. Slice s sums rows
  * s, s + slices, … of its column, four loads in flight at a time (the sum itself stays in row
- * order); then the slices' sums meet in a fixed tree (ng_slice_sum, ng_slice_tree). Narrow column blocks give a small n (dW of
- * a 1024-wide row, PolyNorm's 3 weights) enough work-groups and short enough loops that the
- * pass is not one long chain of dependent loads. The order depends only on (groups, n, cw),
+ * order); then the slices' sums meet in a fixed tree (ng_slice_sum, ng_slice_tree). Narrow
+ * column blocks give a small n (dW of a 1024-wide row, PolyNorm's 3 weights) enough work-groups
+ * and short enough loops that the pass is not one long chain of dependent loads; wide ones give
+ * a wide row of few partial rows slices of several rows and a shallow tree (src/reduce.c). The order depends only on (groups, n, cw),
  * which the host derives from the shape and the device: the same bits on every run.
  *
  * One launch can sum two gradients of one dtype (the first `blocks` work-groups the first, the

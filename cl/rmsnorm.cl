@@ -628,7 +628,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #if WG > 1
   __local float red[WG];
   __local uint tk;
-  __local float2 total;
+  __local float4 total;
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   dy += dy_off;
@@ -699,7 +699,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #pragma unroll
     for (int q = 0; q < REG; q++) acc = fma(WIDX(dys[q]) * wc[q], WIDX(xs[q]), acc);
     const float mine = ng_wg_sum(ng_hsum(acc), red);
-    const float dot = ng_coop_sum2((float2)(mine, 0.0f), it, k, s, S, sync, sets, &total).x;
+    const float dot = ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).x;
     const float rs = rstd[r];
     const float c = (rs * rs * rs) * (dot / (float)n);
     NG_UNROLL_STORES
@@ -730,7 +730,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   (void)part_off;
   (void)mode;
 #endif
-  ng_coop_leave(sync, sets, &tk);
+  (void)ng_coop_leave(sync, sets, &tk);
 #else
   /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
   (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)rstd, (void)rstd_off;

@@ -433,7 +433,8 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
 }
 
 ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                                  size_t sections, size_t row_floats, size_t *bytes) {
+                                  size_t sections, size_t row_floats, size_t hold,
+                                  size_t *bytes) {
   ng_status s = NG_SUCCESS;
   *bytes = 0;
   for (int i = 0; i < 4 && s == NG_SUCCESS; i++) { /* vector-aligned or not × f32 or 16-bit */
@@ -445,7 +446,7 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
     /* the rows split across groups, where they may be (a queue without a counter area falls
      * back to the launch above) */
     ng_coop c;
-    if (s == NG_SUCCESS && ng_coop_plan(ctx, &l, xd, rows, n, &c))
+    if (s == NG_SUCCESS && ng_coop_plan(ctx, &l, xd, rows, n, hold, &c))
       s = ng_coop_partials(&c, n, sections, &bc);
     if (bc > b) b = bc;
     if (b > *bytes) *bytes = b;
@@ -463,16 +464,19 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
 #define NG_COOP_MAX_SLICES 16
 
 bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
-                  size_t n, ng_coop *c) {
+                  size_t n, size_t hold, ng_coop *c) {
   const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2 : ctx->info.nv_shfl;
   /* bf16 only: the f16 kernel took 196.6 us at 65536 against 106.6 for bf16 (its conversions,
    * vload_half8 / vstore_half8_rte, go through private memory: the likely cause, not isolated) */
   if (!want || l->wg < 2 || l->vec != 8 || x_dtype != NG_BF16) return false;
   const size_t nv = n / l->vec;
-  if (nv <= (size_t)l->wg * l->reg_cols) return false; /* the row fits one group */
+  size_t fits = (size_t)l->wg * l->reg_cols; /* the row fits one group */
+  if (hold && hold < fits) fits = hold;
+  if (nv <= fits) return false;
   ng_row_launch cl = *l;
   if (!ctx->tune[NG_TUNE_WORKGROUP]) cl.wg = NG_COOP_WG;
   if (cl.wg > ng_max_pow2_wg(ctx)) cl.wg = (unsigned)ng_max_pow2_wg(ctx);
+  if (cl.wg < 4) return false; /* PolyNorm's kernel sums its four gradient columns in one pass */
   cl.reg_cols = NG_COOP_REG;
   cl.nv_shfl = ctx->info.nv_shfl && cl.wg % 32 == 0;
   const size_t cover = (size_t)cl.wg * cl.reg_cols, slices = (nv + cover - 1) / cover;
@@ -497,11 +501,12 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
 }
 
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
-                        ng_dtype x_dtype, size_t rows, size_t n, ng_coop *c, cl_mem *sync) {
+                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, ng_coop *c,
+                        cl_mem *sync) {
   *sync = NULL;
-  if (!ng_coop_plan(ctx, l, x_dtype, rows, n, c)) return NG_SUCCESS;
-  /* tickets, done count, a counter per set, two banks of two-float shares per group */
-  return ng_sync_area(ctx, q, 2 + c->sets + 4 * (size_t)c->l.groups, sync);
+  if (!ng_coop_plan(ctx, l, x_dtype, rows, n, hold, c)) return NG_SUCCESS;
+  /* tickets, done count, a counter per set, two banks of shares (up to four floats) per group */
+  return ng_sync_area(ctx, q, 2 + c->sets + 8 * (size_t)c->l.groups, sync);
 }
 
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes) {

@@ -248,9 +248,11 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
                               size_t sections, size_t row_floats, size_t *bytes);
 /* The largest scratch of the backward-with-dW launches of `kind` for any buffer alignment and x
  * dtype (a scratch-size query knows neither; both pick the launch): ng_partials_scratch, and
- * ng_coop_partials where the rows may be split across groups. */
+ * ng_coop_partials where the rows may be split across groups (`hold`: the smallest that calls of
+ * `kind` pass to ng_coop_plan). */
 ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                                  size_t sections, size_t row_floats, size_t *bytes);
+                                  size_t sections, size_t row_floats, size_t hold,
+                                  size_t *bytes);
 /* Backward of bf16 rows beyond a launch's registers, each row split across `slices` work-groups
  * that exchange their shares of the row sum (cl/rmsnorm.cl, RMS_COOP): the launch of its
  * kernel (`l`, groups = slices · sets), and the rows of dW partials it leaves (`sets`). */
@@ -259,17 +261,19 @@ typedef struct ng_coop {
   unsigned slices, sets;
 } ng_coop;
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its
- * plan: bf16 vector rows longer than l holds, on NVIDIA by default (NG_TUNE_FUSED_REDUCE 1 / 2
+ * plan: bf16 vector rows longer than l holds (or than `hold` vectors, where an op measured the
+ * split faster from there; 0: what l holds), on NVIDIA by default (NG_TUNE_FUSED_REDUCE 1 / 2
  * turns it off / on), with at most ng_max_waiting_groups slices. Depends on the device, n, the
  * dtype and the alignment only (frozen and not, dx must be the same bits), and on `rows` only
  * through the set count. */
 bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
-                  size_t n, ng_coop *c);
+                  size_t n, size_t hold, ng_coop *c);
 /* ng_coop_plan, and the counter area of queue q for its kernel: *sync is retained for the caller
  * (who releases it after the enqueue), or NULL when the rows are not split (no plan, or q gets no
  * counter area). Errors only from making the area. */
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
-                        ng_dtype x_dtype, size_t rows, size_t n, ng_coop *c, cl_mem *sync);
+                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, ng_coop *c,
+                        cl_mem *sync);
 /* Bytes of the split kernel's partials: per section (dW, dB) one row of n floats per set. */
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */

@@ -249,6 +249,32 @@ static void test_fused_reduce(void **state) {
   }
 }
 
+/* bf16 rows split across work-groups that exchange their shares of the row sums, the last group
+ * writing dW and dB (NG_TUNE_FUSED_REDUCE = 2 forces it, the default on NVIDIA): one slice
+ * (every device) and up to 16 (a GPU; a CPU device streams those rows), one set, a few, more
+ * than rows; each gradient alone, both, neither; accumulate; an offset; f16 and f32 rows, which
+ * stream, beside them. */
+static void test_split_rows(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_test_fused_reduce_shape(e->ctx, 64, 1);
+  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}, {2, 1608}};
+  const unsigned groups[] = {NG_TUNE_AUTO, 1, 7, 64};
+  uint64_t seed = 1200;
+  for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      pn_case c = mk(shapes[i][0], shapes[i][1], (g + i) % 4 == 3 ? NG_F16 : NG_BF16,
+                     (ng_dtype)((g + 2 * i) % 3), i == 1 ? 8 : 0, seed++);
+      c.freeze_w = (g + i) % 3 == 2;
+      c.freeze_b = (g + i) % 4 == 1;
+      c.accumulate = !(c.freeze_w && c.freeze_b) && g % 2 == 1;
+      run_case(&c);
+    }
+  }
+  ng_test_reset_overrides(e->ctx);
+}
+
 /* Backward is the gradient of forward: L = Σ y·g by central differences in f32. */
 static double loss(ng_test_env *e, const ng_polynorm_params *p, const float *x, const float *w,
                    const float *b, const float *g) {
@@ -544,6 +570,7 @@ int main(void) {
       T(test_prebuild),
       T(test_shapes),
       T(test_fused_reduce),
+      T(test_split_rows),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

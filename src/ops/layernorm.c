@@ -105,7 +105,7 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  return ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, bytes);
+  return ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, bytes);
 }
 
 ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
@@ -152,7 +152,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
    * queue gets a counter area; else the column split (with partials) or rows streamed twice */
   ng_coop cp;
   cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, &cp, &sync);
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
@@ -257,8 +257,8 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
         ng_coop cz, cpp; /* rows split across groups: instead of lz / lp, never FUSED_RED */
-        const bool coop = ng_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, &cz) &&
-                          ng_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, &cpp);
+        const bool coop = ng_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, 0, &cz) &&
+                          ng_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, 0, &cpp);
         for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)
           for (int bi = -1; bi < 3 && s == NG_SUCCESS; bi++) {
             if (wi >= 0 && bi >= 0 && bi != wi) continue; /* a bias has the weight's dtype */

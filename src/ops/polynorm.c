@@ -35,6 +35,20 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
+/* The backward program of rows split across groups (ng_polynorm_bwd_coop): its launch's shape,
+ * REG, which only that kernel reads, and with a gradient the gradients' dtype, which it writes. */
+static void coop_opts(ng_opts *o, const ng_coop *c, ng_dtype x_dtype, bool dw, bool db,
+                      ng_dtype w_dtype) {
+  pass_opts(o, &c->l, x_dtype, true, dw, db);
+  ng_opts_add(o, "REG", c->l.reg_cols);
+  if (dw || db) ng_opts_add(o, "G_DTYPE", w_dtype);
+}
+
+/* Scratch of the split kernel: four floats (dw3, dw2, dw1, db) per set. */
+static size_t coop_scratch(const ng_coop *c, bool dw, bool db) {
+  return dw || db ? (size_t)c->sets * 4 * sizeof(float) : 0;
+}
+
 /* With the in-kernel reduction the gradients' dtype is built in (G_DTYPE); the weight's dtype is
  * otherwise a kernel argument. */
 static void fused_opts(ng_opts *o, bool on, ng_dtype w_dtype) {
@@ -54,6 +68,14 @@ static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw)
 }
 
 
+/* The GPU kernels hold rows of up to PN_REG = 2 vectors per work-item (cl/polynorm.cl), whatever
+ * a launch's reg_cols says (a CPU one says 1): the launches say so, since ng_coop_plan splits the
+ * rows beyond what they hold. */
+#define PN_HELD 2
+/* bf16 rows beyond 512 vectors split across groups, though a 1024-wide group holds twice that
+ * (H100, N = 16384, 2048 rows: 99.4-100.0 -> 97.1 us with dW, 97.4-98.0 -> 96.3 weight frozen) */
+#define PN_COOP_HOLD 512
+
 /* The row launch of the forward (bwd false) or of the backward and its scratch query (the group
  * count, which sizes the partials, does not depend on alignment). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
@@ -62,6 +84,7 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
    * partials, so one group per row would make the reduction as long as the batch. */
   ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", SIZE_MAX, p->n, vec_ok,
                                            bwd ? NG_ROWS_POLY_BWD : NG_ROWS_FWD);
+  l.reg_cols = PN_HELD;
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
   if (l.groups == 0) l.groups = 1;
   return l;
@@ -113,7 +136,43 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   if (s != NG_SUCCESS) return s;
   const ng_row_launch l = launch(ctx, p, true, true);
   *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
+  ng_coop c; /* bf16 rows may be split across groups instead */
+  if (ng_coop_plan(ctx, &l, NG_BF16, p->rows, p->n, PN_COOP_HOLD, &c)) {
+    const size_t b = coop_scratch(&c, compute_dweight != 0, compute_dbias != 0);
+    if (b > *bytes) *bytes = b;
+  }
   return NG_SUCCESS;
+}
+
+/* The backward as one launch of ng_polynorm_bwd_coop, which also writes dweight and dbias. */
+static ng_status coop_backward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
+                               const ng_coop *cp, cl_mem sync, ng_tensor dy, ng_tensor x,
+                               ng_tensor weight, ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                               ng_tensor dbias, bool acc, ng_tensor scratch, cl_uint nwait,
+                               const cl_event *wait, cl_event *event) {
+  const bool dw = dweight.mem != NULL, db = dbias.mem != NULL;
+  ng_opts o;
+  coop_opts(&o, cp, x.dtype, dw, db, weight.dtype);
+  cl_program prog;
+  ng_status s = ng_get_program(ctx, "polynorm", &o, &prog);
+  if (s != NG_SUCCESS) return s;
+  ng_scratch sc;
+  s = ng_scratch_acquire(ctx, scratch, coop_scratch(cp, dw, db), &sc);
+  if (s != NG_SUCCESS) return s;
+  cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
+  cl_ulong po = sc.offset_bytes / 4, dwo = dweight.offset, dbo = dbias.offset, sync_off = 0;
+  cl_int pdt = weight.dtype, accumulate = acc;
+  cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n, slices = cp->slices;
+  const ng_arg args[] = {NG_ARG(dy.mem),      NG_ARG(dyo),      NG_ARG(x.mem),     NG_ARG(xo),
+                         NG_ARG(weight.mem),  NG_ARG(wo),       NG_ARG(pdt),       NG_ARG(rstd.mem),
+                         NG_ARG(ro),          NG_ARG(dx.mem),   NG_ARG(dxo),       NG_ARG(sc.mem),
+                         NG_ARG(po),          NG_ARG(dweight.mem), NG_ARG(dwo),    NG_ARG(dbias.mem),
+                         NG_ARG(dbo),         NG_ARG(accumulate), NG_ARG(rows),    NG_ARG(n),
+                         NG_ARG(sync),        NG_ARG(sync_off), NG_ARG(slices)};
+  s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd_coop", (size_t)cp->l.groups * cp->l.wg,
+                 cp->l.wg, args, NG_ARRAY_LEN(args), nwait, wait, event);
+  ng_scratch_release(&sc);
+  return s;
 }
 
 ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
@@ -145,6 +204,18 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                       ng_vec_aligned(ctx, dx, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok, true);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  /* long bf16 rows split across groups (frozen or not, so that dx has the same bits), when this
+   * queue gets a counter area */
+  ng_coop cp;
+  cl_mem sync;
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, PN_COOP_HOLD, &cp, &sync);
+  if (s != NG_SUCCESS) return s;
+  if (sync) {
+    s = coop_backward(ctx, queue, p, &cp, sync, dy, x, weight, rstd, dx, dweight, dbias, acc,
+                      scratch, nwait, wait, event);
+    clReleaseMemObject(sync);
+    return s;
+  }
   /* dW's three columns as one section (dB's one column rides in the same blocks) */
   ng_fused f;
   s = ng_fused_plan(ctx, queue, &l, 3,
@@ -195,20 +266,29 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
   for (int aligned = 1; aligned >= 0; aligned--)
     for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
       const ng_row_launch lf = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
-      const ng_row_launch lb =
+      ng_row_launch lb =
           ng_choose_row_launch_k(ctx, NULL, (size_t)1 << 20, n, aligned != 0, NG_ROWS_POLY_BWD);
+      lb.reg_cols = PN_HELD;
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
           ng_opts o;
           pass_opts(&o, v > 0 ? &lb : &lf, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
-          if (v > 1 && fused_wanted(ctx, &lb, (v - 1) & 1)) /* with partials: the gradients' dtype too */
+          ng_coop cp; /* rows split across groups: instead of lb, never with FUSED_RED */
+          if (v > 0 && ng_coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, PN_COOP_HOLD, &cp)) {
+            for (size_t wi = 0; wi < (v > 1 ? NG_ARRAY_LEN(fl) : 1) && s == NG_SUCCESS; wi++) {
+              coop_opts(&o, &cp, fl[xi], (v - 1) & 1, (v - 1) >> 1, fl[wi]);
+              s = fn(ctx, "polynorm", &o, user);
+            }
+          } else if (v > 1 && fused_wanted(ctx, &lb, (v - 1) & 1)) {
+            /* with partials: the gradients' dtype too */
             for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
               ng_opts of = o;
               fused_opts(&of, true, fl[wi]);
               s = fn(ctx, "polynorm", &of, user);
             }
-          else
+          } else {
             s = fn(ctx, "polynorm", &o, user);
+          }
         }
     }
   return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;

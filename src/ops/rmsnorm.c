@@ -121,6 +121,13 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
 }
 
 /* The tuned-table kind of a backward launch. */
+/* Fused add with ds_out splits bf16 rows beyond 1024 vectors across groups, though a group of
+ * 512 × 4 holds twice that: its three tensors crowd the registers (H100, N = 16384, 2048 rows,
+ * with dW 135.4-137.3 -> 128.7 us, frozen 114.4-115.9 -> 114.8; RMSNorm and fused add without
+ * ds_out lost there, 89.7 -> 104.8 us with dW). */
+#define FA_DS_COOP_HOLD 1024
+static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_DS_COOP_HOLD : 0; }
+
 static const char *rms_kind(bool fused, bool compute_dw) {
   if (fused) return compute_dw ? "fused-add-rmsnorm.bwd" : "fused-add-rmsnorm.bwd_frozen";
   return compute_dw ? "rmsnorm.bwd" : "rmsnorm.bwd_frozen";
@@ -134,7 +141,8 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1, bytes);
+  return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1,
+                                 coop_hold(fused, true), bytes);
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -183,7 +191,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
   cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, &cp, &sync);
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, coop_hold(fused, has_ds), &cp,
+                    &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
@@ -337,14 +346,15 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
                                    pass == 0 ? NG_ROWS_FWD : ng_bwd_mode(pass == 2, fl[xi]));
           size_t nb, rg;
-          ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
-          const bool coop = pass > 0 && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n, &cp);
-          const bool fused_red = pass == 2 && !coop && ng_fused_wanted(ctx, &l, n, 1) &&
-                                 !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
+              ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
+              const bool coop = pass > 0 && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
+                                                         coop_hold(fused, ds != 0), &cp);
+              const bool fused_red = pass == 2 && !coop && ng_fused_wanted(ctx, &l, n, 1) &&
+                                     !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
               ng_opts o;
               if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
               else bwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, pass == 2, ds != 0,
