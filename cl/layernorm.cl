@@ -796,7 +796,8 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
       }
     }
     const float2 mine = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
-    const float2 sums = ng_coop_sum((float4)(mine, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).xy;
+    const float2 sums =
+        ng_coop_sum((float4)(mine, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).xy;
     const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {

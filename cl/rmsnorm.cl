@@ -699,7 +699,8 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #pragma unroll
     for (int q = 0; q < REG; q++) acc = fma(WIDX(dys[q]) * wc[q], WIDX(xs[q]), acc);
     const float mine = ng_wg_sum(ng_hsum(acc), red);
-    const float dot = ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).x;
+    const float dot =
+        ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).x;
     const float rs = rstd[r];
     const float c = (rs * rs * rs) * (dot / (float)n);
     NG_UNROLL_STORES

@@ -44,9 +44,9 @@ static void coop_opts(ng_opts *o, const ng_coop *c, ng_dtype x_dtype, bool dw, b
   if (dw || db) ng_opts_add(o, "G_DTYPE", w_dtype);
 }
 
-/* Scratch of the split kernel: four floats (dw3, dw2, dw1, db) per set. */
-static size_t coop_scratch(const ng_coop *c, bool dw, bool db) {
-  return dw || db ? (size_t)c->sets * 4 * sizeof(float) : 0;
+/* Scratch of the split kernel: one partial row of four columns (dw3, dw2, dw1, db) per set. */
+static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes) {
+  return ng_coop_partials(c, 4, dw || db ? 1 : 0, bytes);
 }
 
 /* With the in-kernel reduction the gradients' dtype is built in (G_DTYPE); the weight's dtype is
@@ -137,11 +137,11 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   const ng_row_launch l = launch(ctx, p, true, true);
   *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
   ng_coop c; /* bf16 rows may be split across groups instead */
-  if (ng_coop_plan(ctx, &l, NG_BF16, p->rows, p->n, PN_COOP_HOLD, &c)) {
-    const size_t b = coop_scratch(&c, compute_dweight != 0, compute_dbias != 0);
-    if (b > *bytes) *bytes = b;
-  }
-  return NG_SUCCESS;
+  size_t b = 0;
+  if (ng_coop_plan(ctx, &l, NG_BF16, p->rows, p->n, PN_COOP_HOLD, &c))
+    s = coop_scratch(&c, compute_dweight != 0, compute_dbias != 0, &b);
+  if (b > *bytes) *bytes = b;
+  return s;
 }
 
 /* The backward as one launch of ng_polynorm_bwd_coop, which also writes dweight and dbias. */
@@ -156,8 +156,10 @@ static ng_status coop_backward(ng_context *ctx, cl_command_queue queue, const ng
   cl_program prog;
   ng_status s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s != NG_SUCCESS) return s;
+  size_t bytes = 0;
+  s = coop_scratch(cp, dw, db, &bytes);
   ng_scratch sc;
-  s = ng_scratch_acquire(ctx, scratch, coop_scratch(cp, dw, db), &sc);
+  if (s == NG_SUCCESS) s = ng_scratch_acquire(ctx, scratch, bytes, &sc);
   if (s != NG_SUCCESS) return s;
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
   cl_ulong po = sc.offset_bytes / 4, dwo = dweight.offset, dbo = dbias.offset, sync_off = 0;

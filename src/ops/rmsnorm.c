@@ -120,7 +120,6 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                      nwait, wait, event);
 }
 
-/* The tuned-table kind of a backward launch. */
 /* Fused add with ds_out splits bf16 rows beyond 1024 vectors across groups, though a group of
  * 512 × 4 holds twice that: its three tensors crowd the registers (H100, N = 16384, 2048 rows,
  * with dW 135.4-137.3 -> 128.7 us, frozen 114.4-115.9 -> 114.8; RMSNorm and fused add without
@@ -128,6 +127,7 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
 #define FA_DS_COOP_HOLD 1024
 static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_DS_COOP_HOLD : 0; }
 
+/* The tuned-table kind of a backward launch. */
 static const char *rms_kind(bool fused, bool compute_dw) {
   if (fused) return compute_dw ? "fused-add-rmsnorm.bwd" : "fused-add-rmsnorm.bwd_frozen";
   return compute_dw ? "rmsnorm.bwd" : "rmsnorm.bwd_frozen";
