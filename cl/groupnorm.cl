@@ -302,6 +302,22 @@ inline gn_unit gn_decode(uint ug, uint U, uint Cg, uint S, uint k, uint P, uint 
   return t;
 }
 
+#if WG > 1
+/* The group's next ticket (every work-item gets it), or `tickets` and beyond when none is left;
+ * the holder of the last ticket resets the counter for the next launch on this queue. Tickets
+ * go out in order, so a group holding ticket t knows that every ticket before it is held by a
+ * running group (or done). */
+inline uint gn_ticket(__global volatile uint *sync, uint tickets, __local uint *tk) {
+  if (get_local_id(0) == 0) {
+    const uint t = atomic_inc(&sync[0]);
+    if (t == tickets + get_num_groups(0) - 1) atomic_xchg(&sync[0], 0u);
+    *tk = t;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return *tk; /* rewritten only after the unit's reductions, whose barriers come first */
+}
+#endif
+
 #if !BWD
 /* ---- forward ----------------------------------------------------------------------------------
  * y = rd((x − mean)·rstd·w[c] + b[c]). */
@@ -515,18 +531,6 @@ inline float2 gn_exchange(float4 mine, __global volatile uint *sync, __global fl
   return (float2)(mean, rsqrt(m2 / nf + eps));
 }
 
-/* The group's next unit (every work-item gets it), or units and beyond when none is left; the
- * holder of the last ticket resets the ticket counter. */
-inline uint gn_ticket(__global volatile uint *sync, uint units, __local uint *tk) {
-  if (get_local_id(0) == 0) {
-    const uint t = atomic_inc(&sync[0]);
-    if (t == units + get_num_groups(0) - 1) atomic_xchg(&sync[0], 0u);
-    *tk = t;
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return *tk; /* rewritten only after the unit's reductions, whose barriers come first */
-}
-
 /* The unit's vectors into registers (zeros past the block's end). */
 #define GN_LOAD_UNIT(r, xb, v0, nvb)                                                                 \
   do {                                                                                               \
@@ -722,6 +726,79 @@ inline void gn_bwd_walk(__global const XT *dy, __global const XT *x, __global XT
 #undef GN_BWD_WALK
 #endif
 
+/* GPU shape: one unit's block sums (Σ xhat·g, Σ g), merged over the work-group (every
+ * work-item gets them), and its channels' dW / dB partials written by work-item 0. */
+inline float2 gn_unit_sums(__global const XT *dy, __global const XT *x, __global const uchar *w,
+                           ulong w_off, int pdt, int has_w, __global const float *mean,
+                           __global const float *rstd, __global float *dwp, __global float *dbp,
+                           gn_unit t, uint G, uint Cg, uint S, uint P, __local float *red) {
+  const uint lid = get_local_id(0);
+  const uint first_ch = (t.blk % G) * Cg + t.c_lo;
+  const float mu = mean[t.blk], rs = rstd[t.blk];
+  const uint lv = t.len / VEC;
+#if COMPUTE_DW || COMPUTE_DB
+  const ulong prow = ((ulong)(t.blk / G) * P + t.p) * (G * Cg);
+#else
+  (void)dwp, (void)dbp, (void)P;
+#endif
+  floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
+  for (uint c = 0; c < t.nch; c++) {
+    const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
+    const ulong o = t.start + (ulong)c * S;
+#if COMPUTE_DW
+    floatV sw = (floatV)(0.0f);
+#endif
+#if COMPUTE_DB
+    floatV sb = (floatV)(0.0f);
+#endif
+    for (uint i = lid; i < lv; i += WG)
+      GN_BWD_SUMS(floatV, LDX(dy + o, i), LDX(x + o, i), a1, a2, sw, sb);
+#if COMPUTE_DW
+    {
+      const float s = ng_wg_sum(ng_hsum(sw), red);
+      if (lid == 0) dwp[prow + first_ch + c] = s;
+    }
+#endif
+#if COMPUTE_DB
+    {
+      const float s = ng_wg_sum(ng_hsum(sb), red);
+      if (lid == 0) dbp[prow + first_ch + c] = s;
+    }
+#endif
+  }
+  const float s1 = ng_wg_sum(ng_hsum(a1), red);
+  return (float2)(s1, ng_wg_sum(ng_hsum(a2), red));
+}
+
+/* The block sums of a split block: its U unit partials at pp summed in unit order (strided over
+ * the work-group, then a fixed-order sum), so every unit of the block gets the same bits.
+ * Volatile loads: in the one-launch kernel, other groups wrote them during this launch. */
+inline float2 gn_block_sums(__global const volatile float *pp, uint U, __local float *red) {
+  float s1 = 0.0f, s2 = 0.0f;
+  for (uint u = get_local_id(0); u < U; u += WG) s1 += pp[2 * u], s2 += pp[2 * u + 1];
+  s1 = ng_wg_sum(s1, red);
+  return (float2)(s1, ng_wg_sum(s2, red));
+}
+
+/* The backward kernels' pointers moved to their offsets (the gradient partials only where
+ * compiled in). */
+#if COMPUTE_DW
+#define GN_DWP_OFF() (dwp += dwp_off)
+#else
+#define GN_DWP_OFF() ((void)dwp, (void)dwp_off)
+#endif
+#if COMPUTE_DB
+#define GN_DBP_OFF() (dbp += dbp_off)
+#else
+#define GN_DBP_OFF() ((void)dbp, (void)dbp_off)
+#endif
+#define GN_BWD_OFFSETS()                                                                             \
+  do {                                                                                               \
+    dy += dy_off, x += x_off, dx += dx_off, mean += mean_off, rstd += rstd_off, part += part_off;   \
+    GN_DWP_OFF();                                                                                    \
+    GN_DBP_OFF();                                                                                    \
+  } while (0)
+
 /* split = 0: U = 1, sums then dx in one pass over each block.
  * split = 1: the unit's (Σ xhat·g, Σ g) to part[2·unit …]; ng_groupnorm_bwd_dx finishes. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -734,23 +811,7 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
                  uint Ls, int split) {
   __local float red[WG];
   const uint lid = get_local_id(0);
-  dy += dy_off;
-  x += x_off;
-  dx += dx_off;
-  mean += mean_off;
-  rstd += rstd_off;
-  part += part_off;
-#if COMPUTE_DW
-  dwp += dwp_off;
-#else
-  (void)dwp, (void)dwp_off;
-#endif
-#if COMPUTE_DB
-  dbp += dbp_off;
-#else
-  (void)dbp, (void)dbp_off;
-#endif
-  const uint C = G * Cg;
+  GN_BWD_OFFSETS();
 #if WG == 1
   if (!split) { /* CPU, one unit per block: a contiguous run of blocks, pipelined */
     (void)red;
@@ -771,45 +832,15 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
 #endif
   for (uint ug = get_group_id(0); ug < units; ug += get_num_groups(0)) {
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
-    const uint first_ch = (t.blk % G) * Cg + t.c_lo;
-    const float mu = mean[t.blk], rs = rstd[t.blk];
-    const uint lv = t.len / VEC;
-#if COMPUTE_DW || COMPUTE_DB
-    const ulong prow = ((ulong)(t.blk / G) * P + t.p) * C;
-#endif
-    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
-    for (uint c = 0; c < t.nch; c++) {
-      const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
-      const ulong o = t.start + (ulong)c * S;
-#if COMPUTE_DW
-      floatV sw = (floatV)(0.0f);
-#endif
-#if COMPUTE_DB
-      floatV sb = (floatV)(0.0f);
-#endif
-      for (uint i = lid; i < lv; i += WG)
-        GN_BWD_SUMS(floatV, LDX(dy + o, i), LDX(x + o, i), a1, a2, sw, sb);
-#if COMPUTE_DW
-      {
-        const float s = ng_wg_sum(ng_hsum(sw), red);
-        if (lid == 0) dwp[prow + first_ch + c] = s;
-      }
-#endif
-#if COMPUTE_DB
-      {
-        const float s = ng_wg_sum(ng_hsum(sb), red);
-        if (lid == 0) dbp[prow + first_ch + c] = s;
-      }
-#endif
-    }
-    const float s1 = ng_wg_sum(ng_hsum(a1), red);
-    const float s2 = ng_wg_sum(ng_hsum(a2), red);
+    const float2 s = gn_unit_sums(dy, x, w, w_off, pdt, has_w, mean, rstd, dwp, dbp, t, G, Cg, S,
+                                  P, red);
     if (split) {
-      if (lid == 0) part[(ulong)ug * 2] = s1, part[(ulong)ug * 2 + 1] = s2;
+      if (lid == 0) part[(ulong)ug * 2] = s.x, part[(ulong)ug * 2 + 1] = s.y;
       continue;
     }
     const float nf = (float)(Cg * S);
-    gn_dx(dy, x, dx, t, first_ch, S, mu, rs, s1 / nf, s2 / nf, w, w_off, pdt, has_w);
+    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s.x / nf,
+          s.y / nf, w, w_off, pdt, has_w);
   }
 }
 
@@ -832,14 +863,165 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
   for (uint i = get_group_id(0); i < units; i += get_num_groups(0)) {
     const uint ug = units - 1 - i; /* last-read units first: they are the likeliest in cache */
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
-    float s1 = 0.0f, s2 = 0.0f; /* strided over the work-group, then a fixed-order sum */
-    __global const float *pp = part + (ulong)t.blk * U * 2;
-    for (uint u = lid; u < U; u += WG) s1 += pp[2 * u], s2 += pp[2 * u + 1];
-    s1 = ng_wg_sum(s1, red);
-    s2 = ng_wg_sum(s2, red);
+    const float2 s = gn_block_sums(part + (ulong)t.blk * U * 2, U, red);
     const float nf = (float)(Cg * S);
-    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s1 / nf,
-          s2 / nf, w, w_off, pdt, has_w);
+    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s.x / nf,
+          s.y / nf, w, w_off, pdt, has_w);
   }
 }
+#if WG > 1
+/* The split backward in one launch (GPU shape): the second read of a unit comes from the cache.
+ * The two kernels above read every block twice from memory, because a block's dx needs the sums
+ * of all of its units and the first kernel has streamed the whole tensor by then. Here tickets
+ * t = 0 … units + lag − 1 go out in order (sync[0]); ticket t
+ *  - takes the sums of unit t (t < units), publishes them to part[2·t …] and counts them in
+ *    sync[2 + 2·blk];
+ *  - then dx of unit t − lag (t ≥ lag): it waits until that unit's block has all U sums, merges
+ *    them in unit order and reads the unit again, `lag` units after its first read, so while it
+ *    is still in the L2 cache.
+ * lag ≥ U, so every unit of the block waited for holds an earlier ticket: a running group, which
+ * publishes before it waits on anything. The last dx unit of a block (sync[3 + 2·blk]) and the
+ * last ticket put the counters back to zero for the next launch on this queue.
+ *
+ * Both passes walk a unit in chunks of GN_LW lanes × GN_M vectors, all of a chunk's loads in
+ * flight at once (the per-channel loop of ng_groupnorm_bwd has one, and two work-group sums per
+ * channel). A chunk lies in one channel (the host sends only units of one channel, or of
+ * channels a whole number of chunks long), so a chunk's Σ dy·xhat and Σ dy are one lane-group
+ * sum each, kept in local memory; the channels' sums are the chunks' in order, and the block sums
+ * follow as Σ g·xhat = Σ_c w[c]·Σ dy·xhat, Σ g = Σ_c w[c]·Σ dy. */
+#if NG_NV_SHFL && WG % 32 == 0
+#define GN_LW 32 /* lanes of a chunk: a warp, summed by shuffles */
+#else
+#define GN_LW 1
+#endif
+#ifndef GN_M
+#define GN_M 4 /* vectors per lane of a chunk (host: GN_LAG_M) */
+#endif
+#define GN_CHUNK (GN_LW * GN_M)
+#define GN_MAX_CHUNKS 1024 /* of a unit (host: GN_LAG_MAX_CHUNKS) */
+
+inline float gn_lane_sum(float v) {
+#if GN_LW == 32
+  for (int m = 16; m > 0; m >>= 1) v += ng_shfl_xor(v, m);
+#endif
+  return v;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                     __global const uchar *w, ulong w_off, int pdt, int has_w,
+                     __global const float *mean, ulong mean_off, __global const float *rstd,
+                     ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part,
+                     ulong part_off, __global float *dwp, ulong dwp_off, __global float *dbp,
+                     ulong dbp_off, __global volatile uint *sync, ulong sync_off, uint units,
+                     uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, uint lag) {
+  __local float red[WG];
+  __local uint tk;
+  const uint lid = get_local_id(0);
+  GN_BWD_OFFSETS();
+  sync += sync_off;
+  __global volatile float *pv = (__global volatile float *)part;
+  const uint tickets = units + lag;
+  const float nf = (float)(Cg * S);
+  const uint lane = lid % GN_LW, wp = lid / GN_LW;
+  __local float lcw[GN_MAX_CHUNKS], lcb[GN_MAX_CHUNKS];
+  /* Both halves run on every ticket, the absent one on an empty unit: no barrier sits under a
+   * condition (PoCL 3.1 ran `lid == 0` blocks in every work-item beside such conditions). */
+  for (uint t = gn_ticket(sync, tickets, &tk); t < tickets; t = gn_ticket(sync, tickets, &tk)) {
+    const bool sums = t < units, late = t >= lag;
+    /* ---- sums of unit t ---- */
+    const gn_unit a = gn_decode(sums ? t : 0, U, Cg, S, k, P, Ls);
+    {
+      const uint lv = a.len / VEC, nch = sums ? a.nch : 0, nv = nch * lv;
+      const uint nck = (nv + GN_CHUNK - 1) / GN_CHUNK;
+      const float mu = mean[a.blk], rs = rstd[a.blk];
+      __global const XT *xu = x + a.start, *du = dy + a.start;
+      for (uint c0 = 0; c0 < nck; c0 += WG / GN_LW) {
+        const uint ck = c0 + wp;
+        if (ck < nck) {
+          NG_RAWV(DTYPE) xv[GN_M], dv[GN_M]; /* storage bits: half the registers of floats */
+#pragma unroll
+          for (int q = 0; q < GN_M; q++) {
+            const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;
+            xv[q] = i < nv ? NG_LDRV(DTYPE, xu, i) : (NG_RAWV(DTYPE))(0);
+            dv[q] = i < nv ? NG_LDRV(DTYPE, du, i) : (NG_RAWV(DTYPE))(0);
+          }
+          floatV sw = (floatV)(0.0f), sb = (floatV)(0.0f);
+#pragma unroll
+          for (int q = 0; q < GN_M; q++) {
+            const floatV d = NG_WIDENV(DTYPE, dv[q]);
+            sw = fma(d, (NG_WIDENV(DTYPE, xv[q]) - mu) * rs, sw);
+            sb += d;
+          }
+          const float cw = gn_lane_sum(ng_hsum(sw)), cb = gn_lane_sum(ng_hsum(sb));
+          if (lane == 0) lcw[ck] = cw, lcb[ck] = cb;
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      const uint first_ch = (a.blk % G) * Cg + a.c_lo, cpc = nch > 1 ? lv / GN_CHUNK : nck;
+#if COMPUTE_DW || COMPUTE_DB
+      const ulong prow = ((ulong)(a.blk / G) * P + a.p) * (G * Cg);
+#endif
+      float p1 = 0.0f, p2 = 0.0f;
+      for (uint c = lid; c < nch; c += WG) {
+        float sw = 0.0f, sb = 0.0f;
+        for (uint j = c * cpc; j < (c + 1) * cpc; j++) sw += lcw[j], sb += lcb[j];
+        GN_IF_DW(dwp[prow + first_ch + c] = sw);
+        GN_IF_DB(dbp[prow + first_ch + c] = sb);
+        const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
+        p1 = fma(wc, sw, p1);
+        p2 = fma(wc, sb, p2);
+      }
+      const float s1 = ng_wg_sum(p1, red), s2 = ng_wg_sum(p2, red);
+      if (lid == 0 && sums) {
+        pv[(ulong)t * 2] = s1, pv[(ulong)t * 2 + 1] = s2;
+        NG_FENCE_DEVICE();
+        atomic_inc(&sync[2 + 2 * a.blk]);
+      }
+    }
+    /* ---- dx of unit t − lag ---- */
+    const gn_unit b = gn_decode(late ? t - lag : 0, U, Cg, S, k, P, Ls);
+    if (lid == 0 && late) {
+      while (atomic_or(&sync[2 + 2 * b.blk], 0u) < U) {
+      }
+      NG_FENCE_DEVICE();
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    /* volatile loads: this compute unit may hold lines of part from before they were written */
+    const float2 bs = gn_block_sums(pv + (ulong)b.blk * U * 2, late ? U : 0, red);
+    {
+      const uint lv = b.len / VEC, nch = late ? b.nch : 0, nv = nch * lv;
+      const uint nck = (nv + GN_CHUNK - 1) / GN_CHUNK, first_ch = (b.blk % G) * Cg + b.c_lo;
+      const float mu = mean[b.blk], rs = rstd[b.blk], c1 = bs.x / nf, c2 = bs.y / nf;
+      __global const XT *xu = x + b.start, *du = dy + b.start;
+      __global XT *dxu = dx + b.start;
+      for (uint c0 = 0; c0 < nck; c0 += WG / GN_LW) {
+        const uint ck = c0 + wp;
+        if (ck < nck) {
+          const uint c = nch > 1 ? ck * GN_CHUNK / lv : 0;
+          const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
+          NG_RAWV(DTYPE) xv[GN_M], dv[GN_M]; /* storage bits: half the registers of floats */
+#pragma unroll
+          for (int q = 0; q < GN_M; q++) {
+            const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;
+            xv[q] = i < nv ? NG_LDRV(DTYPE, xu, i) : (NG_RAWV(DTYPE))(0);
+            dv[q] = i < nv ? NG_LDRV(DTYPE, du, i) : (NG_RAWV(DTYPE))(0);
+          }
+          NG_UNROLL_STORES
+          for (int q = 0; q < GN_M; q++) {
+            const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;
+            const floatV xh = (NG_WIDENV(DTYPE, xv[q]) - mu) * rs;
+            const floatV g = NG_WIDENV(DTYPE, dv[q]) * wc;
+            if (i < nv) STX(dxu, i, ((g - xh * c1) - c2) * rs);
+          }
+        }
+      }
+      if (lid == 0 && late && atomic_inc(&sync[3 + 2 * b.blk]) == U - 1) {
+        atomic_xchg(&sync[2 + 2 * b.blk], 0u);
+        atomic_xchg(&sync[3 + 2 * b.blk], 0u);
+      }
+    }
+  }
+}
+#endif
 #endif

@@ -330,6 +330,95 @@ static void test_one_pass(void **state) {
   }
 }
 
+/* Whether the backward of a bf16 [B, C, S] call with G groups runs ng_groupnorm_bwd_lag (a
+ * profiling queue of its own records the kernels' names). */
+static bool takes_one_launch(size_t B, size_t C, size_t S, size_t G) {
+  ng_test_env *e = ng_test_env_get();
+  cl_int err;
+  cl_command_queue pq = clCreateCommandQueue(e->cl_ctx, e->device, CL_QUEUE_PROFILING_ENABLE, &err);
+  assert_non_null(pq);
+  const size_t cnt = B * C * S;
+  cl_mem bx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0), bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0);
+  cl_mem bw = ng_test_upload(NG_F32, NULL, C, 0, 0), bdw = ng_test_upload(NG_F32, NULL, C, 0, 0);
+  cl_mem bm = ng_test_upload(NG_F32, NULL, B * G, 0, 0);
+  ng_groupnorm_params p = {B, C, S, G, 1e-5f};
+  NG_OK(ng_profile_begin());
+  NG_OK(ng_groupnorm_backward(e->ctx, pq, &p, ng_tensor_of(bx, 0, NG_BF16),
+                              ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
+                              ng_tensor_of(bm, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
+                              ng_tensor_of(bdx, 0, NG_BF16), ng_tensor_of(bdw, 0, NG_F32),
+                              ng_tensor_none(), 0, ng_tensor_none(), 0, NULL, NULL));
+  const char *names[4] = {NULL, NULL, NULL, NULL};
+  unsigned kernels = 0;
+  NG_OK(ng_profile_end_each(NULL, &kernels, NULL, names, 4));
+  bool found = false;
+  for (unsigned i = 0; i < kernels && i < 4; i++)
+    found = found || strcmp(names[i], "ng_groupnorm_bwd_lag") == 0;
+  clReleaseMemObject(bx), clReleaseMemObject(bdx), clReleaseMemObject(bw);
+  clReleaseMemObject(bdw), clReleaseMemObject(bm);
+  clReleaseCommandQueue(pq);
+  return found;
+}
+
+/* The split backward in one launch (ng_groupnorm_bwd_lag: tickets, each unit's dx a lag after
+ * its sums, units walked in chunks), forced on, against the reference: units of pieces of a
+ * channel (one chunk or a hundred), of whole channels a whole number of chunks long, shapes on
+ * the vector and the scalar path; grids of fewer groups than units, about as many, and more
+ * units per block than work-items. Each shape must take the kernel (checked by name) or, where
+ * its units straddle chunks, the two kernels. run_case checks dx against the reference and
+ * against the frozen run (the same bits from another program). */
+static void test_one_launch_backward(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  const gn_shape shapes[] = {{1, 1, 1000, 1, 0, NG_F32},  {2, 4, 256, 2, 3, NG_BF16},
+                             {2, 64, 16, 1, 0, NG_F16},   {3, 6, 48, 3, 5, NG_BF16},
+                             {1, 4, 20000, 1, 0, NG_BF16}, {2, 8, 64, 2, 0, NG_BF16},
+                             {1, 6, 200, 1, 0, NG_F32}};
+  const unsigned grids[] = {3, 24, 200};
+  uint64_t seed = 1200;
+  for (size_t gi = 0; gi < NG_ARRAY_LEN(grids); gi++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, grids[gi]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      const gn_shape *sh = &shapes[i];
+      gn_case c = mk(sh->B, sh->C, sh->S, sh->G, sh->xd, (gi + i) % 2 ? NG_F32 : NG_BF16, sh->off,
+                     seed++);
+      c.freeze_w = (gi + i) % 3 == 0;
+      c.accumulate = (gi + i) % 4 == 1;
+      run_case(&c);
+    }
+  }
+  /* the kernel's own units (the grid not forced): one round of chunks each, pieces of a channel
+   * (S = 16384) or runs of whole channels (S = 1024: a whole number of chunks of 32 lanes × 4
+   * vectors on NVIDIA); make_plan splits blocks of 32768 elements and more on any device */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  const gn_shape own[] = {{1, 4, 16384, 1, 0, NG_BF16}, {1, 32, 1024, 1, 0, NG_F16},
+                          {1, 3, 20000, 1, 1, NG_F32}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(own); i++) {
+    gn_case c = mk(own[i].B, own[i].C, own[i].S, own[i].G, own[i].xd, i ? NG_F32 : NG_BF16,
+                   own[i].off, seed++);
+    c.accumulate = i == 1;
+    run_case(&c);
+  }
+  assert_true(takes_one_launch(1, 4, 16384, 1));
+  assert_true(takes_one_launch(1, 32, 1024, 1));
+  /* which shapes take the kernel (bf16, vector rows where S allows): pieces of a channel, and
+   * channels of whole chunks, yes; S = 16 (two vectors a channel, units of several channels)
+   * and one unit of 2 × 2500 vectors (more than 256 chunks), no */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 24));
+  assert_true(takes_one_launch(1, 1, 1000, 1));
+  assert_true(takes_one_launch(2, 8, 64, 2));
+  assert_false(takes_one_launch(2, 64, 16, 1));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 3));
+  assert_false(takes_one_launch(1, 4, 20000, 1));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 1));
+  assert_false(takes_one_launch(1, 1, 1000, 1));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+}
+
 /* A group of 1.2 million elements around 1000 with unit spread: E[x²] − mean² in f32 would lose
  * every digit of the variance; the mean must stay within an ulp or two. */
 static void test_large_group(void **state) {
@@ -800,6 +889,7 @@ int main(void) {
       T(test_workgroup_shape), T(test_finite_difference),
       T(test_deterministic), T(test_large_group),     T(test_prebuild),
       T(test_one_pass),
+      T(test_one_launch_backward),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

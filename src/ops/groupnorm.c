@@ -165,6 +165,111 @@ static bool one_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
   return true;
 }
 
+/* The one-launch split backward (ng_groupnorm_bwd_lag, cl/groupnorm.cl): its launch (the plan's,
+ * with its own work-group size and grid) and the lag, in units, between a unit's sums and its
+ * dx. */
+typedef struct gn_lag {
+  gn_plan pl; /* its units, and its launch: work-group size and grid */
+  unsigned lag;
+} gn_lag;
+
+/* Work-items per group of the one-launch backward unless NG_TUNE_WORKGROUP says otherwise. H100,
+ * bf16, 2^25 elements, G = 32, whole backward with dW: make_plan's work-group size gave 131.6 us
+ * at S = 1024 and 142.8 at 65536 (units of make_plan); with the kernel's own units, 256 against
+ * 512 work-items: S = 8192 113.0 / 113.9, 16384 112.4 / 114.1, 32768 113.2 / 113.9, 65536
+ * 111.8 / 112.7. */
+#define GN_LAG_WG 256u
+
+/* The one-launch kernel's launch shape for a plan's launch l (the grid is set by lag_plan). */
+static ng_row_launch lag_launch(const ng_context *ctx, const ng_row_launch *l) {
+  ng_row_launch o = *l;
+  if (!ctx->tune[NG_TUNE_WORKGROUP]) {
+    const size_t maxwg = ng_max_pow2_wg(ctx);
+    o.wg = (unsigned)(GN_LAG_WG < maxwg ? GN_LAG_WG : maxwg);
+    o.nv_shfl = ctx->info.nv_shfl && o.wg % 32 == 0;
+  }
+  return o;
+}
+
+/* The kernel's chunks: GN_M vectors per lane, at most GN_MAX_CHUNKS per unit (cl/groupnorm.cl). */
+#define GN_LAG_M 4u
+#define GN_LAG_MAX_CHUNKS 1024u
+
+/* The one-launch backward's plan for base plan pl: its launch (lag_launch, no grid yet) and its
+ * units, each one round of the kernel's chunks (wg · GN_LAG_M vectors of 8: every lane loads
+ * GN_LAG_M vectors of x and of dy at once): whole channels up to that, else pieces of a channel;
+ * pl's own units where NG_TUNE_GROUPS forces the grid (and with it make_plan's units). H100,
+ * bf16, 256 work-items, whole backward with dW, units of 8192 / 16384 / 32768 / 65536 elements:
+ * N = 1024 113.7 / 122.9 / 129.0 / 130.0 us; 4096 114.2 / 122.4 / 129.0 / 130.0; 16384 113.7 /
+ * 122.5 / 129.8 / 129.9. 8 vectors a lane with units of 16384: 111.9 at 4096 and 112.2 at
+ * 16384, for twice the registers. */
+static gn_plan lag_units(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl) {
+  gn_plan q = *pl;
+  q.l = lag_launch(ctx, &pl->l);
+  if (ctx->tune[NG_TUNE_GROUPS]) return q;
+  const size_t E = (size_t)q.l.wg * GN_LAG_M * 8;
+  const size_t S = p->spatial, cg = p->channels / p->groups, blocks = p->batch * p->groups;
+  if (S <= E) {
+    q.k = (unsigned)(E / S < cg ? E / S : cg);
+    q.P = 1, q.Ls = (unsigned)S, q.U = (unsigned)ceil_div(cg, q.k);
+  } else {
+    const size_t ls = ceil_div(ceil_div(S, ceil_div(S, E)), 8) * 8;
+    q.k = 1, q.P = (unsigned)ceil_div(S, ls), q.Ls = (unsigned)ls, q.U = (unsigned)(cg * q.P);
+  }
+  size_t units;
+  if (q.U < 2 || ng_mul_overflows(blocks, q.U, &units) || units > ((size_t)1 << 30)) {
+    const ng_row_launch l = q.l;
+    q = *pl;
+    q.l = l;
+    return q;
+  }
+  q.units = (unsigned)units;
+  q.split = true;
+  return q;
+}
+
+/* Whether the one-launch backward is wanted where a call splits its blocks (the base plan pl):
+ * NG_TUNE_FUSED_REDUCE 1 / 2 forces it off / on, and by default it takes NVIDIA devices, where
+ * it was measured. */
+static bool lag_wanted(const ng_context *ctx, const gn_plan *pl) {
+  const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2 : ctx->info.nv_shfl;
+  return want && pl->split && pl->l.wg > 1;
+}
+
+/* Whether a split backward takes the one-launch kernel, and its plan and grid: GPU-shaped
+ * launches where lag_wanted, whose units fit the kernel's chunks (a unit of one channel, or of
+ * channels a whole number of chunks long; at most GN_LAG_MAX_CHUNKS chunks). The lag is U, the
+ * least the kernel's deadlock argument allows. */
+static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
+                     gn_lag *o) {
+  if (!lag_wanted(ctx, pl) || p->batch * p->groups > ((size_t)1 << 24)) return false;
+  o->pl = lag_units(ctx, p, pl);
+  gn_plan *q = &o->pl;
+  if ((size_t)q->units * 2 > UINT32_MAX / 2 || q->l.wg < 2) return false;
+  const size_t lw = q->l.nv_shfl && q->l.wg % 32 == 0 ? 32 : 1, chunk = lw * GN_LAG_M;
+  const size_t vec = q->l.vec, lv = p->spatial / vec;
+  size_t nv; /* vectors of the largest unit */
+  if (q->P > 1) {
+    nv = q->Ls / vec;
+  } else {
+    if (q->k > 1 && lv % chunk != 0) return false;
+    nv = (size_t)q->k * lv;
+  }
+  if ((nv + chunk - 1) / chunk > GN_LAG_MAX_CHUNKS) return false;
+  /* the grid: as many groups as a compute unit holds threads (2048 on NVIDIA), or what the
+   * caller forced. H100, bf16, make_plan's units and work-group size, 264 / 528 / 1056 groups:
+   * N = 1024 163.6 / 118.9 / 123.0 us, 4096 111.2 / 111.7 / 110.9, 65536 138.6 / 139.2 / 138.6.
+   * A longer lag (U + 128) measured slower at 1024 (130.0 against 118.9 us) and 4096 (117.8
+   * against 111.2), faster at 65536 (134.5 against 138.6). */
+  size_t g = ctx->tune[NG_TUNE_GROUPS] ? pl->l.groups
+                                       : (size_t)ctx->info.compute_units * (2048 / q->l.wg);
+  if (g == 0) g = 1;
+  if (g > q->units) g = q->units;
+  q->l.groups = q->l.grid = (unsigned)g;
+  o->lag = q->U;
+  return true;
+}
+
 /* Build options of the forward and backward programs; the launch path and
  * ng_groupnorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use. */
 static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool bwd) {
@@ -210,15 +315,24 @@ typedef struct gn_bwd_layout {
   size_t prows;                /* partial rows: B·P */
 } gn_bwd_layout;
 
-static ng_status bwd_layout(const ng_groupnorm_params *p, const gn_plan *pl, bool dw, bool db,
-                            gn_bwd_layout *out) {
+/* The layout of plan `used` (the base plan pl or the one-launch kernel's): its regions are sized
+ * for whichever of the two needs more, so the scratch size does not depend on the alignment that
+ * decides between them. */
+static ng_status bwd_layout(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
+                            const gn_plan *used, bool dw, bool db, gn_bwd_layout *out) {
+  size_t units = pl->split ? pl->units : 0, P = pl->P;
+  if (lag_wanted(ctx, pl)) {
+    const gn_plan q = lag_units(ctx, p, pl);
+    units = q.units > units ? q.units : units;
+    P = q.P > P ? q.P : P;
+  }
   size_t prows, pcount;
-  if (ng_mul_overflows(p->batch, pl->P, &prows) || prows > ((size_t)1 << 31) ||
+  if (ng_mul_overflows(p->batch, P, &prows) || prows > ((size_t)1 << 31) ||
       ng_mul_overflows(prows, p->channels, &pcount) || pcount > SIZE_MAX / 16)
     return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch size overflows");
-  out->prows = prows;
+  out->prows = p->batch * used->P;
   out->stats = 0;
-  out->dw = pl->split ? (size_t)pl->units * 2 : 0;
+  out->dw = units * 2;
   out->db = out->dw + (dw ? pcount : 0);
   out->total = out->db + (db ? pcount : 0);
   return NG_SUCCESS;
@@ -246,8 +360,8 @@ ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx, const ng_groupnorm
   ng_status s = check_params(ctx, p, &count);
   if (s != NG_SUCCESS) return s;
   const gn_plan pl = make_plan(ctx, p, true);
-  gn_bwd_layout lay;
-  s = bwd_layout(p, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
+  gn_bwd_layout lay = {0, 0, 0, 0, 0};
+  s = bwd_layout(ctx, p, &pl, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
   if (s == NG_SUCCESS) *bytes = lay.total * 4;
   return s;
 }
@@ -399,28 +513,39 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
                       ng_vec_aligned(ctx, dy, p->spatial, 8) &&
                       ng_vec_aligned(ctx, dx, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
-  gn_bwd_layout lay;
-  s = bwd_layout(p, &pl, compute_dw, compute_db, &lay);
+  gn_lag lg;
+  const bool one = lag_plan(ctx, p, &pl, &lg);
+  const gn_plan *u = one ? &lg.pl : &pl; /* the plan the launches follow */
+  gn_bwd_layout lay = {0, 0, 0, 0, 0};
+  s = bwd_layout(ctx, p, &pl, u, compute_dw, compute_db, &lay);
   if (s != NG_SUCCESS) return s;
   ng_opts o;
-  bwd_opts(&o, &pl.l, x.dtype, compute_dw, compute_db);
+  bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s == NG_SUCCESS && (compute_dw || compute_db))
     s = ng_reduce_program(ctx, compute_dw ? dweight.dtype : dbias.dtype, &rprog);
   if (s != NG_SUCCESS) return s;
+  cl_mem lsync = NULL; /* the one-launch kernel's counters; NULL: the two kernels */
+  if (one) {
+    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups, &lsync);
+    if (s != NG_SUCCESS) return s;
+  }
   ng_scratch sc;
   s = ng_scratch_acquire(ctx, scratch, lay.total * 4, &sc);
-  if (s != NG_SUCCESS) return s;
+  if (s != NG_SUCCESS) {
+    if (lsync) clReleaseMemObject(lsync);
+    return s;
+  }
 
-  cl_int pdt = weight.mem ? weight.dtype : NG_F32, has_w = weight.mem != NULL, split = pl.split;
+  cl_int pdt = weight.mem ? weight.dtype : NG_F32, has_w = weight.mem != NULL, split = u->split;
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, mo = mean.offset;
   cl_ulong ro = rstd.offset, dxo = dx.offset, base = sc.offset_bytes / 4;
   cl_ulong po = base + lay.stats, dwo = base + lay.dw, dbo = base + lay.db;
-  cl_mem part = pl.split ? sc.mem : NULL, dwp = compute_dw ? sc.mem : NULL;
+  cl_mem part = u->split ? sc.mem : NULL, dwp = compute_dw ? sc.mem : NULL;
   cl_mem dbp = compute_db ? sc.mem : NULL;
-  cl_uint units = pl.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
-  cl_uint S = (cl_uint)p->spatial, U = pl.U, k = pl.k, P = pl.P, Ls = pl.Ls;
+  cl_uint units = u->units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
+  cl_uint S = (cl_uint)p->spatial, U = u->U, k = u->k, P = u->P, Ls = u->Ls;
   const ng_arg args[] = {
       NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
       NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
@@ -434,13 +559,28 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
       NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls)};
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  const bool more = pl.split || compute_dw || compute_db; /* kernels after the first */
-  s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args, NG_ARRAY_LEN(args), nwait,
-                 wait, more ? NULL : event);
-  if (s == NG_SUCCESS && pl.split)
-    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
-                   NG_ARRAY_LEN(dx_args), 0, NULL, compute_dw || compute_db ? NULL : event);
-  if (s == NG_SUCCESS && (compute_dw || compute_db)) { /* both gradients in one launch */
+  const bool grads = compute_dw || compute_db;
+  if (lsync) {
+    cl_ulong so = 0;
+    cl_uint lag = lg.lag;
+    const ng_arg largs[] = {
+        NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
+        NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
+        NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(dwp),        NG_ARG(dwo),
+        NG_ARG(dbp),    NG_ARG(dbo),   NG_ARG(lsync),    NG_ARG(so), NG_ARG(units),      NG_ARG(G),
+        NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls),
+        NG_ARG(lag)};
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_lag", (size_t)u->l.groups * u->l.wg,
+                   u->l.wg, largs, NG_ARRAY_LEN(largs), nwait, wait, grads ? NULL : event);
+    clReleaseMemObject(lsync);
+  } else {
+    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args,
+                   NG_ARRAY_LEN(args), nwait, wait, pl.split || grads ? NULL : event);
+    if (s == NG_SUCCESS && pl.split)
+      s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
+                     NG_ARRAY_LEN(dx_args), 0, NULL, grads ? NULL : event);
+  }
+  if (s == NG_SUCCESS && grads) { /* both gradients in one launch */
     const ng_reduce_section sw = {dwo, p->channels, dweight}, sb = {dbo, p->channels, dbias};
     s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)lay.prows, &sw, &sb, acc,
                                    0, NULL, event);
@@ -472,8 +612,17 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
               s = fn(ctx, "groupnorm", &oo, user);
             }
             if (s != NG_SUCCESS) break;
-          } else
+          } else {
             bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+            /* the one-launch backward's own work-group size, where the default takes it */
+            const ng_row_launch ll = lag_launch(ctx, &l);
+            if (ctx->info.nv_shfl && l.wg > 1 && ll.wg != l.wg) {
+              ng_opts lo;
+              bwd_opts(&lo, &ll, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+              s = fn(ctx, "groupnorm", &lo, user);
+              if (s != NG_SUCCESS) break;
+            }
+          }
           s = fn(ctx, "groupnorm", &o, user);
         }
     }
