@@ -900,6 +900,16 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
 #define GN_CHUNK (GN_LW * GN_M)
 #define GN_MAX_CHUNKS 1024 /* of a unit (host: GN_LAG_MAX_CHUNKS) */
 
+/* Chunk ck of a unit of nv vectors at xu, du into this lane's xv, dv (zeros past the end). */
+#define GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv)                                                        \
+  do {                                                                                               \
+    _Pragma("unroll") for (int q_ = 0; q_ < GN_M; q_++) {                                            \
+      const uint i_ = (ck) * GN_CHUNK + (uint)q_ * GN_LW + lane;                                     \
+      (xv)[q_] = i_ < (nv) ? NG_LDRV(DTYPE, xu, i_) : (NG_RAWV(DTYPE))(0);                          \
+      (dv)[q_] = i_ < (nv) ? NG_LDRV(DTYPE, du, i_) : (NG_RAWV(DTYPE))(0);                          \
+    }                                                                                                \
+  } while (0)
+
 inline float gn_lane_sum(float v) {
 #if GN_LW == 32
   for (int m = 16; m > 0; m >>= 1) v += ng_shfl_xor(v, m);
@@ -940,12 +950,7 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
         const uint ck = c0 + wp;
         if (ck < nck) {
           NG_RAWV(DTYPE) xv[GN_M], dv[GN_M]; /* storage bits: half the registers of floats */
-#pragma unroll
-          for (int q = 0; q < GN_M; q++) {
-            const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;
-            xv[q] = i < nv ? NG_LDRV(DTYPE, xu, i) : (NG_RAWV(DTYPE))(0);
-            dv[q] = i < nv ? NG_LDRV(DTYPE, du, i) : (NG_RAWV(DTYPE))(0);
-          }
+          GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv);
           floatV sw = (floatV)(0.0f), sb = (floatV)(0.0f);
 #pragma unroll
           for (int q = 0; q < GN_M; q++) {
@@ -1001,12 +1006,7 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
           const uint c = nch > 1 ? ck * GN_CHUNK / lv : 0;
           const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
           NG_RAWV(DTYPE) xv[GN_M], dv[GN_M]; /* storage bits: half the registers of floats */
-#pragma unroll
-          for (int q = 0; q < GN_M; q++) {
-            const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;
-            xv[q] = i < nv ? NG_LDRV(DTYPE, xu, i) : (NG_RAWV(DTYPE))(0);
-            dv[q] = i < nv ? NG_LDRV(DTYPE, du, i) : (NG_RAWV(DTYPE))(0);
-          }
+          GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv);
           NG_UNROLL_STORES
           for (int q = 0; q < GN_M; q++) {
             const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;

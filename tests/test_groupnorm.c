@@ -338,7 +338,8 @@ static bool takes_one_launch(size_t B, size_t C, size_t S, size_t G) {
   cl_command_queue pq = clCreateCommandQueue(e->cl_ctx, e->device, CL_QUEUE_PROFILING_ENABLE, &err);
   assert_non_null(pq);
   const size_t cnt = B * C * S;
-  cl_mem bx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0), bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0);
+  cl_mem bx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0);
+  cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, 0, 0);
   cl_mem bw = ng_test_upload(NG_F32, NULL, C, 0, 0), bdw = ng_test_upload(NG_F32, NULL, C, 0, 0);
   cl_mem bm = ng_test_upload(NG_F32, NULL, B * G, 0, 0);
   ng_groupnorm_params p = {B, C, S, G, 1e-5f};
