@@ -257,10 +257,10 @@ static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
   }
   if ((nv + chunk - 1) / chunk > GN_LAG_MAX_CHUNKS) return false;
   /* the grid: as many groups as a compute unit holds threads (2048 on NVIDIA), or what the
-   * caller forced. H100, bf16, make_plan's units and work-group size, 264 / 528 / 1056 groups:
-   * N = 1024 163.6 / 118.9 / 123.0 us, 4096 111.2 / 111.7 / 110.9, 65536 138.6 / 139.2 / 138.6.
-   * A longer lag (U + 128) measured slower at 1024 (130.0 against 118.9 us) and 4096 (117.8
-   * against 111.2), faster at 65536 (134.5 against 138.6). */
+   * caller forced. H100, bf16, whole backward with dW, 264 / 528 / 1056 groups: N = 1024
+   * 119.8 / 113.7 / 113.2 us, 4096 118.0 / 113.7 / 114.6, 65536 116.6 / 113.0 / 112.7. A
+   * longer lag (U + grid/2 up to U + 2·grid, so that a block's sums are done a wave earlier)
+   * was slower with every grid: 121–141 us. */
   size_t g = ctx->tune[NG_TUNE_GROUPS] ? pl->l.groups
                                        : (size_t)ctx->info.compute_units * (2048 / q->l.wg);
   if (g == 0) g = 1;
