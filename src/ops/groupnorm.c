@@ -315,15 +315,23 @@ typedef struct gn_bwd_layout {
   size_t prows;                /* partial rows: B·P */
 } gn_bwd_layout;
 
-/* The layout of plan `used` (the base plan pl or the one-launch kernel's): its regions are sized
- * for whichever of the two needs more, so the scratch size does not depend on the alignment that
- * decides between them. */
-static ng_status bwd_layout(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
+/* The layout of plan `used` (make_plan's or the one-launch kernel's). Its regions are sized for
+ * whichever plan a call of these parameters can take, with aligned rows or not, so the scratch
+ * size queries (which cannot know the alignment) give enough for every call. Unaligned rows get
+ * larger work-groups from the launch choice, hence a smaller grid, and usually fewer units; but
+ * where the aligned plan's fourfold units exceed GN_MAX_UNITS and the unaligned plan's do not,
+ * the unaligned plan has more. */
+static ng_status bwd_layout(const ng_context *ctx, const ng_groupnorm_params *p,
                             const gn_plan *used, bool dw, bool db, gn_bwd_layout *out) {
-  size_t units = pl->split ? pl->units : 0, P = pl->P;
-  if (lag_wanted(ctx, pl)) {
-    const gn_plan q = lag_units(ctx, p, pl);
-    units = q.units > units ? q.units : units;
+  size_t units = 0, P = 1;
+  for (int aligned = 0; aligned < 2; aligned++) {
+    const gn_plan pl = make_plan(ctx, p, aligned != 0);
+    gn_plan q = pl;
+    if (lag_wanted(ctx, &pl)) q = lag_units(ctx, p, &pl);
+    const size_t u = pl.split ? pl.units : 0, uq = q.split ? q.units : 0;
+    units = u > units ? u : units;
+    units = uq > units ? uq : units;
+    P = pl.P > P ? pl.P : P;
     P = q.P > P ? q.P : P;
   }
   size_t prows, pcount;
@@ -345,9 +353,16 @@ ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_
   size_t count;
   ng_status s = check_params(ctx, p, &count);
   if (s != NG_SUCCESS) return s;
-  const gn_plan pl = make_plan(ctx, p, true); /* the split does not depend on alignment */
-  gn_one one; /* the one-pass kernel's share, for the x dtype that can take it */
-  *bytes = fwd_scratch_floats(&pl, one_plan(ctx, p, &pl.l, NG_F32, &one) ? &one : NULL) * 4;
+  /* the larger of the aligned and unaligned plans (see bwd_layout); the one-pass kernel's
+   * share, for the x dtype that can take it (it needs aligned rows) */
+  size_t f = 0;
+  for (int aligned = 0; aligned < 2; aligned++) {
+    const gn_plan pl = make_plan(ctx, p, aligned != 0);
+    gn_one one;
+    const size_t a = fwd_scratch_floats(&pl, one_plan(ctx, p, &pl.l, NG_F32, &one) ? &one : NULL);
+    f = a > f ? a : f;
+  }
+  *bytes = f * 4;
   return NG_SUCCESS;
 }
 
@@ -361,7 +376,7 @@ ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx, const ng_groupnorm
   if (s != NG_SUCCESS) return s;
   const gn_plan pl = make_plan(ctx, p, true);
   gn_bwd_layout lay = {0, 0, 0, 0, 0};
-  s = bwd_layout(ctx, p, &pl, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
+  s = bwd_layout(ctx, p, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
   if (s == NG_SUCCESS) *bytes = lay.total * 4;
   return s;
 }
@@ -517,7 +532,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool one = lag_plan(ctx, p, &pl, &lg);
   const gn_plan *u = one ? &lg.pl : &pl; /* the plan the launches follow */
   gn_bwd_layout lay = {0, 0, 0, 0, 0};
-  s = bwd_layout(ctx, p, &pl, u, compute_dw, compute_db, &lay);
+  s = bwd_layout(ctx, p, u, compute_dw, compute_db, &lay);
   if (s != NG_SUCCESS) return s;
   ng_opts o;
   bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
