@@ -612,6 +612,93 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
     }
   }
 }
+
+/* The split forward in one launch (GPU): ng_groupnorm_bwd_lag's scheme for the statistics.
+ * Tickets t = 0 … units + lag − 1 in order (sync[0]); ticket t forms the exact two-pass
+ * statistics of unit t (WG·SLOTS vectors in registers) and publishes them (count, sum, M2 to
+ * part[4·t …], counted in sync[2 + 2·blk]); then, for unit t − lag, it waits for its block's U
+ * statistics, merges them in unit order as ng_groupnorm_fwd_one does (the same bits), and writes
+ * y from x read again, lag units after the first read, while it is still in L2. lag >= U keeps
+ * the wait deadlock-free (see ng_groupnorm_bwd_lag). Both halves run on every ticket, the absent
+ * one on an empty unit, so no barrier sits under a condition. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                     __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
+                     __global XT *y, ulong y_off, __global float *mean, ulong mean_off,
+                     __global float *rstd, ulong rstd_off, __global float *part, ulong part_off,
+                     __global volatile uint *sync, ulong sync_off, uint units, uint G, uint Cg,
+                     uint S, uint U, float eps, uint lag) {
+  __local uint tk;
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  x += x_off;
+  y += y_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  part += part_off;
+  sync += sync_off;
+  __global volatile float *pv = (__global volatile float *)part;
+  const uint sv = S / VEC, nvb = Cg * sv, tickets = units + lag;
+  const float nf = (float)(nvb * VEC);
+  for (uint t = gn_ticket(sync, tickets, &tk); t < tickets; t = gn_ticket(sync, tickets, &tk)) {
+    const bool st = t < units, late = t >= lag;
+    {
+      const uint ua = st ? t : 0, blk = ua / U, u = ua % U, v0 = u * (WG * SLOTS);
+      const uint nv = st ? nvb : 0;
+      NG_RAWV(DTYPE) r[SLOTS];
+      GN_LOAD_UNIT(r, x + (ulong)blk * nvb * VEC, v0, nv);
+      const float4 c = gn_unit_stats(r, v0, nv, red);
+      if (lid == 0 && st) {
+        pv[(ulong)t * 4] = c.x, pv[(ulong)t * 4 + 1] = c.y, pv[(ulong)t * 4 + 2] = c.z;
+        NG_FENCE_DEVICE();
+        atomic_inc(&sync[2 + 2 * blk]);
+      }
+    }
+    const uint ub = late ? t - lag : 0, blk = ub / U, u = ub % U, v0 = u * (WG * SLOTS);
+    const uint nv = late ? nvb : 0, Ue = late ? U : 0;
+    if (lid == 0 && late) {
+      while (atomic_or(&sync[2 + 2 * blk], 0u) < U) {
+      }
+      NG_FENCE_DEVICE();
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    /* the block's mean from the sum of the unit sums, M2 = Σ M2ᵤ + nᵤ·(meanᵤ − mean)²: the
+     * arithmetic of gn_exchange (volatile loads, as there) */
+    __global volatile float *pb = pv + (ulong)blk * U * 4;
+    float sm = 0.0f, m = 0.0f;
+    for (uint v = lid; v < Ue; v += WG) sm += pb[4 * v + 1];
+    const float mu = ng_wg_sum(sm, red) / nf;
+    for (uint v = lid; v < Ue; v += WG) {
+      const float cn = pb[4 * v], d = pb[4 * v + 1] / cn - mu;
+      m += pb[4 * v + 2] + cn * d * d;
+    }
+    const float rs = rsqrt(ng_wg_sum(m, red) / nf + eps);
+    if (lid == 0 && late && u == 0) {
+      mean[blk] = mu;
+      rstd[blk] = rs;
+    }
+    __global const XT *xb = x + (ulong)blk * nvb * VEC;
+    __global XT *yb = y + (ulong)blk * nvb * VEC;
+    const uint ch0 = (blk % G) * Cg;
+    NG_RAWV(DTYPE) r[SLOTS];
+    GN_LOAD_UNIT(r, xb, v0, nv);
+    NG_UNROLL_STORES
+    for (int q = 0; q < SLOTS; q++) {
+      const uint i = v0 + (uint)q * WG + lid;
+      if (i < nv) {
+        const uint ch = ch0 + i / sv;
+        const float wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;
+        const float bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;
+        const floatV xh = (NG_WIDENV(DTYPE, r[q]) - mu) * rs;
+        STX(yb, i, xh * wc + bc);
+      }
+    }
+    if (lid == 0 && late && atomic_inc(&sync[3 + 2 * blk]) == U - 1) {
+      atomic_xchg(&sync[2 + 2 * blk], 0u);
+      atomic_xchg(&sync[3 + 2 * blk], 0u);
+    }
+  }
+}
 #endif
 
 #else

@@ -330,9 +330,10 @@ static void test_one_pass(void **state) {
   }
 }
 
-/* Whether the backward of a bf16 [B, C, S] call with G groups runs ng_groupnorm_bwd_lag (a
- * profiling queue of its own records the kernels' names). */
-static bool takes_one_launch(size_t B, size_t C, size_t S, size_t G) {
+/* Whether the forward (fwd) or the backward of a bf16 [B, C, S] call with G groups runs the
+ * one-launch kernel, ng_groupnorm_fwd_lag or ng_groupnorm_bwd_lag (a profiling queue of its own
+ * records the kernels' names). */
+static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
   ng_test_env *e = ng_test_env_get();
   cl_int err;
   cl_command_queue pq = clCreateCommandQueue(e->cl_ctx, e->device, CL_QUEUE_PROFILING_ENABLE, &err);
@@ -344,17 +345,23 @@ static bool takes_one_launch(size_t B, size_t C, size_t S, size_t G) {
   cl_mem bm = ng_test_upload(NG_F32, NULL, B * G, 0, 0);
   ng_groupnorm_params p = {B, C, S, G, 1e-5f};
   NG_OK(ng_profile_begin());
-  NG_OK(ng_groupnorm_backward(e->ctx, pq, &p, ng_tensor_of(bx, 0, NG_BF16),
-                              ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
-                              ng_tensor_of(bm, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
-                              ng_tensor_of(bdx, 0, NG_BF16), ng_tensor_of(bdw, 0, NG_F32),
-                              ng_tensor_none(), 0, ng_tensor_none(), 0, NULL, NULL));
+  if (fwd)
+    NG_OK(ng_groupnorm_forward(e->ctx, pq, &p, ng_tensor_of(bx, 0, NG_BF16),
+                               ng_tensor_of(bw, 0, NG_F32), ng_tensor_none(),
+                               ng_tensor_of(bdx, 0, NG_BF16), ng_tensor_of(bm, 0, NG_F32),
+                               ng_tensor_of(bdw, 0, NG_F32), ng_tensor_none(), 0, NULL, NULL));
+  else
+    NG_OK(ng_groupnorm_backward(e->ctx, pq, &p, ng_tensor_of(bx, 0, NG_BF16),
+                                ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
+                                ng_tensor_of(bm, 0, NG_F32), ng_tensor_of(bm, 0, NG_F32),
+                                ng_tensor_of(bdx, 0, NG_BF16), ng_tensor_of(bdw, 0, NG_F32),
+                                ng_tensor_none(), 0, ng_tensor_none(), 0, NULL, NULL));
   const char *names[4] = {NULL, NULL, NULL, NULL};
   unsigned kernels = 0;
   NG_OK(ng_profile_end_each(NULL, &kernels, NULL, names, 4));
   bool found = false;
   for (unsigned i = 0; i < kernels && i < 4; i++)
-    found = found || strcmp(names[i], "ng_groupnorm_bwd_lag") == 0;
+    found = found || strcmp(names[i], fwd ? "ng_groupnorm_fwd_lag" : "ng_groupnorm_bwd_lag") == 0;
   clReleaseMemObject(bx), clReleaseMemObject(bdx), clReleaseMemObject(bw);
   clReleaseMemObject(bdw), clReleaseMemObject(bm);
   clReleaseCommandQueue(pq);
@@ -402,19 +409,27 @@ static void test_one_launch_backward(void **state) {
     c.accumulate = i == 1;
     run_case(&c);
   }
-  assert_true(takes_one_launch(1, 4, 16384, 1));
-  assert_true(takes_one_launch(1, 32, 1024, 1));
-  /* which shapes take the kernel (bf16, vector rows where S allows): pieces of a channel, and
-   * channels of whole chunks, yes; S = 16 (two vectors a channel, units of several channels)
-   * and one unit of 2 × 2500 vectors (more than 256 chunks), no */
+  assert_true(takes_lag(1, 4, 16384, 1, false));
+  assert_true(takes_lag(1, 32, 1024, 1, false));
+  /* the forward's one-launch kernel (vector rows; x's block in units of wg · 4 vectors), where
+   * the one-pass kernel cannot take the call: one register slot makes its U 512, beyond any
+   * GPU's resident groups */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 1));
+  assert_true(takes_lag(1, 4, 65536, 1, true));
+  /* which shapes take the backward kernel (bf16, vector rows where S allows): pieces of a
+   * channel, and channels of whole chunks, yes; S = 16 (two vectors a channel, units of several
+   * channels) and units of 2 × 2500 vectors (1250 chunks of 4 on a CPU, channels not a whole
+   * number of 128-vector chunks on NVIDIA), no */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 24));
-  assert_true(takes_one_launch(1, 1, 1000, 1));
-  assert_true(takes_one_launch(2, 8, 64, 2));
-  assert_false(takes_one_launch(2, 64, 16, 1));
+  assert_true(takes_lag(1, 1, 1000, 1, false));
+  assert_true(takes_lag(2, 8, 64, 2, false));
+  assert_false(takes_lag(2, 64, 16, 1, false));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 3));
-  assert_false(takes_one_launch(1, 4, 20000, 1));
+  assert_false(takes_lag(1, 4, 20000, 1, false));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 1));
-  assert_false(takes_one_launch(1, 1, 1000, 1));
+  assert_false(takes_lag(1, 1, 1000, 1, false));
+  assert_false(takes_lag(1, 4, 65536, 1, true));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));

@@ -270,6 +270,35 @@ static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
   return true;
 }
 
+/* Register slots of the one-launch split forward: units of wg · 4 vectors, one round each, as
+ * the backward's. */
+#define GN_LAG_SLOTS 4u
+
+/* Whether a split forward takes the one-launch kernel (ng_groupnorm_fwd_lag), and its launch,
+ * U and units (lag = U): where lag_wanted, on vector rows (the kernel holds 16-byte slots). */
+static bool fwd_lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
+                         gn_one *o) {
+  if (!lag_wanted(ctx, pl) || pl->l.vec != 8 || p->batch * p->groups > ((size_t)1 << 20))
+    return false;
+  o->l = lag_launch(ctx, &pl->l);
+  o->l.reg_cols = GN_LAG_SLOTS;
+  o->l.prefetch = false;
+  if (o->l.wg < 2) return false;
+  const size_t nvb = p->channels / p->groups * (p->spatial / 8);
+  const size_t U = ceil_div(nvb, (size_t)o->l.wg * GN_LAG_SLOTS);
+  size_t units;
+  if (ng_mul_overflows(p->batch * p->groups, U, &units) || units > ((size_t)1 << 30))
+    return false;
+  size_t g = ctx->tune[NG_TUNE_GROUPS] ? pl->l.groups
+                                       : (size_t)ctx->info.compute_units * (2048 / o->l.wg);
+  if (g == 0) g = 1;
+  if (g > units) g = units;
+  o->l.groups = o->l.grid = (unsigned)g;
+  o->U = (unsigned)U;
+  o->units = (unsigned)units;
+  return true;
+}
+
 /* Build options of the forward and backward programs; the launch path and
  * ng_groupnorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use. */
 static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool bwd) {
@@ -360,7 +389,9 @@ ng_status ng_groupnorm_forward_scratch_size(ng_context *ctx, const ng_groupnorm_
     const gn_plan pl = make_plan(ctx, p, aligned != 0);
     gn_one one;
     const size_t a = fwd_scratch_floats(&pl, one_plan(ctx, p, &pl.l, NG_F32, &one) ? &one : NULL);
+    const size_t b = fwd_scratch_floats(&pl, fwd_lag_plan(ctx, p, &pl, &one) ? &one : NULL);
     f = a > f ? a : f;
+    f = b > f ? b : f;
   }
   *bytes = f * 4;
   return NG_SUCCESS;
@@ -418,8 +449,10 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
       ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   gn_one one;
-  cl_mem sync = NULL; /* the one-pass kernel's counters; none for this queue: the two kernels */
-  if (one_plan(ctx, p, &pl.l, x.dtype, &one)) {
+  cl_mem sync = NULL; /* the one-pass or one-launch kernel's counters; NULL: the two kernels */
+  const bool onepass = one_plan(ctx, p, &pl.l, x.dtype, &one);
+  const bool lagf = !onepass && fwd_lag_plan(ctx, p, &pl, &one);
+  if (onepass || lagf) {
     s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups, &sync);
     if (s != NG_SUCCESS) return s;
   }
@@ -450,9 +483,11 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
         NG_ARG(bo),       NG_ARG(pdt),   NG_ARG(has_w),      NG_ARG(has_b),    NG_ARG(y.mem),
         NG_ARG(yo),       NG_ARG(mean.mem), NG_ARG(mo),      NG_ARG(rstd.mem), NG_ARG(ro),
         NG_ARG(sc.mem),   NG_ARG(po),    NG_ARG(sync),       NG_ARG(so),       NG_ARG(units),
-        NG_ARG(G),        NG_ARG(Cg),    NG_ARG(S),          NG_ARG(U),        NG_ARG(eps)};
-    s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd_one", (size_t)one.l.groups * one.l.wg,
-                   one.l.wg, args, NG_ARRAY_LEN(args), nwait, wait, event);
+        NG_ARG(G),        NG_ARG(Cg),    NG_ARG(S),          NG_ARG(U),        NG_ARG(eps),
+        NG_ARG(U)}; /* the one-launch kernel's lag, its last argument */
+    s = ng_enqueue(ctx, queue, prog, lagf ? "ng_groupnorm_fwd_lag" : "ng_groupnorm_fwd_one",
+                   (size_t)one.l.groups * one.l.wg, one.l.wg, args,
+                   NG_ARRAY_LEN(args) - (lagf ? 0 : 1), nwait, wait, event);
     clReleaseMemObject(sync);
     ng_scratch_release(&sc);
     return s;
@@ -618,6 +653,16 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
           ng_opts o;
           if (v == 0) {
             fwd_opts(&o, &l, fl[xi]);
+            /* the one-launch split forward, where the default takes it (NVIDIA) */
+            if (ctx->info.nv_shfl && l.wg > 1 && l.vec == 8) {
+              ng_row_launch ll = lag_launch(ctx, &l);
+              ll.reg_cols = GN_LAG_SLOTS;
+              ll.prefetch = false;
+              ng_opts lo;
+              one_fwd_opts(&lo, &ll, fl[xi]);
+              s = fn(ctx, "groupnorm", &lo, user);
+              if (s != NG_SUCCESS) break;
+            }
             /* the one-pass forward, where the default takes it (f32 on NVIDIA) */
             const bool one = ctx->info.nv_shfl && fl[xi] == NG_F32 && l.wg > 1 && l.vec == 8;
             for (unsigned sl = 1; one && sl <= 8 && s == NG_SUCCESS; sl *= 2) {
