@@ -190,8 +190,9 @@ typedef enum ng_tune {
   NG_TUNE_FUSED_REDUCE = 7 /* 1 = parameter gradients summed by a separate kernel, 2 = by the
                               last work-groups of the backward kernel itself (AUTO: on NVIDIA);
                               for GroupNorm's forward, 1 / 2 = the one-pass kernel off / on
-                              (AUTO: f32 x on NVIDIA), for its split backward the one-launch
-                              kernel (AUTO: on NVIDIA); for the backward of long bf16 rows
+                              (AUTO: f32 x on NVIDIA), for its split forward of 16-bit x and
+                              split backward the one-launch kernels (AUTO: on NVIDIA); for the
+                              backward of long bf16 rows
                               (RMSNorm, fused add, LayerNorm, PolyNorm; docs/tuning.md), 1 / 2 =
                               rows split across work-groups off / on (AUTO: on NVIDIA);
                               GPU-shaped launches only, not in the tuned table */
