@@ -569,6 +569,30 @@ ng_groupnorm_fwd_stats(__global const XT *x, ulong x_off, __global float *part, 
   }
 }
 
+/* The one-pass and one-launch forward kernels' pointers moved to their offsets. */
+#define GN_FWD_ONE_OFFSETS()                                                                         \
+  do {                                                                                               \
+    x += x_off, y += y_off, mean += mean_off, rstd += rstd_off, part += part_off;                   \
+    sync += sync_off;                                                                                \
+  } while (0)
+
+/* y of a unit held in registers r (vectors v0 + q·WG + lid of a block's nvb at yb, whose first
+ * channel is ch0): (x − mu)·rs·w[c] + b[c]; w, b, pdt, has_w, has_b, sv, lid in scope. */
+#define GN_STORE_UNIT_Y(r, yb, v0, nvb, ch0, mu, rs)                                                 \
+  do {                                                                                               \
+    NG_UNROLL_STORES                                                                                 \
+    for (int q_ = 0; q_ < SLOTS; q_++) {                                                             \
+      const uint i_ = (v0) + (uint)q_ * WG + lid;                                                    \
+      if (i_ < (nvb)) {                                                                              \
+        const uint ch_ = (ch0) + i_ / sv;                                                            \
+        const float wc_ = has_w ? gn_ld_param(w, w_off + ch_, pdt) : 1.0f;                          \
+        const float bc_ = has_b ? gn_ld_param(b, b_off + ch_, pdt) : 0.0f;                          \
+        const floatV xh_ = (NG_WIDENV(DTYPE, (r)[q_]) - (mu)) * (rs);                                \
+        STX(yb, i_, xh_ * wc_ + bc_);                                                                \
+      }                                                                                              \
+    }                                                                                                \
+  } while (0)
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
                      __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
@@ -579,12 +603,7 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
   __local uint tk;
   __local float red[WG];
   const uint lid = get_local_id(0);
-  x += x_off;
-  y += y_off;
-  mean += mean_off;
-  rstd += rstd_off;
-  part += part_off;
-  sync += sync_off;
+  GN_FWD_ONE_OFFSETS();
   const uint sv = S / VEC, nvb = Cg * sv;
   for (uint ug = gn_ticket(sync, units, &tk); ug < units; ug = gn_ticket(sync, units, &tk)) {
     const uint blk = ug / U, u = ug % U, v0 = u * (WG * SLOTS);
@@ -597,19 +616,7 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
       mean[blk] = mu;
       rstd[blk] = rs;
     }
-    __global XT *yb = y + (ulong)blk * nvb * VEC;
-    const uint ch0 = (blk % G) * Cg;
-    NG_UNROLL_STORES
-    for (int q = 0; q < SLOTS; q++) {
-      const uint i = v0 + (uint)q * WG + lid;
-      if (i < nvb) {
-        const uint ch = ch0 + i / sv;
-        const float wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;
-        const float bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;
-        const floatV xh = (NG_WIDENV(DTYPE, r[q]) - mu) * rs;
-        STX(yb, i, xh * wc + bc);
-      }
-    }
+    GN_STORE_UNIT_Y(r, y + (ulong)blk * nvb * VEC, v0, nvb, (blk % G) * Cg, mu, rs);
   }
 }
 
@@ -631,12 +638,7 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
   __local uint tk;
   __local float red[WG];
   const uint lid = get_local_id(0);
-  x += x_off;
-  y += y_off;
-  mean += mean_off;
-  rstd += rstd_off;
-  part += part_off;
-  sync += sync_off;
+  GN_FWD_ONE_OFFSETS();
   __global volatile float *pv = (__global volatile float *)part;
   const uint sv = S / VEC, nvb = Cg * sv, tickets = units + lag;
   const float nf = (float)(nvb * VEC);
@@ -677,22 +679,9 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
       mean[blk] = mu;
       rstd[blk] = rs;
     }
-    __global const XT *xb = x + (ulong)blk * nvb * VEC;
-    __global XT *yb = y + (ulong)blk * nvb * VEC;
-    const uint ch0 = (blk % G) * Cg;
     NG_RAWV(DTYPE) r[SLOTS];
-    GN_LOAD_UNIT(r, xb, v0, nv);
-    NG_UNROLL_STORES
-    for (int q = 0; q < SLOTS; q++) {
-      const uint i = v0 + (uint)q * WG + lid;
-      if (i < nv) {
-        const uint ch = ch0 + i / sv;
-        const float wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;
-        const float bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;
-        const floatV xh = (NG_WIDENV(DTYPE, r[q]) - mu) * rs;
-        STX(yb, i, xh * wc + bc);
-      }
-    }
+    GN_LOAD_UNIT(r, x + (ulong)blk * nvb * VEC, v0, nv);
+    GN_STORE_UNIT_Y(r, y + (ulong)blk * nvb * VEC, v0, nv, (blk % G) * Cg, mu, rs);
     if (lid == 0 && late && atomic_inc(&sync[3 + 2 * blk]) == U - 1) {
       atomic_xchg(&sync[2 + 2 * blk], 0u);
       atomic_xchg(&sync[3 + 2 * blk], 0u);
