@@ -434,25 +434,8 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
     __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
     NG_RAWV(DTYPE) dys[REG], xs[REG];
-#pragma unroll
-    for (int q = 0; q < REG; q++) {
-      const uint i = v0 + (uint)q * WG;
-      dys[q] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (NG_RAWV(DTYPE))(0);
-      xs[q] = i < nv ? NG_LDRV(DTYPE, xr, i) : (NG_RAWV(DTYPE))(0);
-    }
-#if PREFETCH
-    if (r + sets < rows) {
-      const ulong nx = (ulong)(r + sets) * n;
-#pragma unroll
-      for (int q = 0; q < REG; q++) {
-        const uint i = v0 + (uint)q * WG;
-        if (i < nv) {
-          NG_PREFETCH(dy + nx + (ulong)i * VEC);
-          NG_PREFETCH(x + nx + (ulong)i * VEC);
-        }
-      }
-    }
-#endif
+    NG_SLICE_LOAD2(dys, xs, dyr, xr, v0, nv);
+    NG_SLICE_PREFETCH2(dy, x, r, sets, rows, n, v0, nv);
     floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
 #if COMPUTE_DB
     floatV ad = (floatV)(0.0f);
