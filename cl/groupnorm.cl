@@ -970,9 +970,7 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
 #else
 #define GN_LW 1
 #endif
-#ifndef GN_M
 #define GN_M 4 /* vectors per lane of a chunk (host: GN_LAG_M) */
-#endif
 #define GN_CHUNK (GN_LW * GN_M)
 #define GN_MAX_CHUNKS 1024 /* of a unit (host: GN_LAG_MAX_CHUNKS) */
 

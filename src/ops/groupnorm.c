@@ -165,14 +165,6 @@ static bool one_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
   return true;
 }
 
-/* The one-launch split backward (ng_groupnorm_bwd_lag, cl/groupnorm.cl): its launch (the plan's,
- * with its own work-group size and grid) and the lag, in units, between a unit's sums and its
- * dx. */
-typedef struct gn_lag {
-  gn_plan pl; /* its units, and its launch: work-group size and grid */
-  unsigned lag;
-} gn_lag;
-
 /* Work-items per group of the one-launch backward unless NG_TUNE_WORKGROUP says otherwise. H100,
  * bf16, 2^25 elements, G = 32, whole backward with dW: make_plan's work-group size gave 131.6 us
  * at S = 1024 and 142.8 at 65536 (units of make_plan); with the kernel's own units, 256 against
@@ -236,15 +228,26 @@ static bool lag_wanted(const ng_context *ctx, const gn_plan *pl) {
   return want && pl->split && pl->l.wg > 1;
 }
 
-/* Whether a split backward takes the one-launch kernel, and its plan and grid: GPU-shaped
- * launches where lag_wanted, whose units fit the kernel's chunks (a unit of one channel, or of
- * channels a whole number of chunks long; at most GN_LAG_MAX_CHUNKS chunks). The lag is U, the
- * least the kernel's deadlock argument allows. */
+/* The grid of a one-launch kernel (base plan pl, wg work-items, `units` units): as many groups
+ * as a compute unit holds threads (2048 on NVIDIA), or what the caller forced. H100, bf16, whole
+ * backward with dW, 264 / 528 / 1056 groups: N = 1024 119.8 / 113.7 / 113.2 us, 4096 118.0 /
+ * 113.7 / 114.6, 65536 116.6 / 113.0 / 112.7. A longer lag than U (U + grid/2 up to U + 2·grid,
+ * so that a block's sums are done a wave earlier) was slower with every grid: 121–141 us. */
+static unsigned lag_grid(const ng_context *ctx, const gn_plan *pl, size_t wg, size_t units) {
+  size_t g = ctx->tune[NG_TUNE_GROUPS] ? pl->l.groups
+                                       : (size_t)ctx->info.compute_units * (2048 / wg);
+  if (g == 0) g = 1;
+  return (unsigned)(g < units ? g : units);
+}
+
+/* Whether a split backward takes the one-launch kernel (ng_groupnorm_bwd_lag), and its plan q:
+ * units, work-group size and grid. GPU-shaped launches where lag_wanted, whose units fit the
+ * kernel's chunks (a unit of one channel, or of channels a whole number of chunks long; at most
+ * GN_LAG_MAX_CHUNKS chunks). Its lag is q's U, the least the kernel's deadlock argument allows. */
 static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
-                     gn_lag *o) {
+                     gn_plan *q) {
   if (!lag_wanted(ctx, pl) || p->batch * p->groups > ((size_t)1 << 24)) return false;
-  o->pl = lag_units(ctx, p, pl);
-  gn_plan *q = &o->pl;
+  *q = lag_units(ctx, p, pl);
   if ((size_t)q->units * 2 > UINT32_MAX / 2 || q->l.wg < 2) return false;
   const size_t lw = q->l.nv_shfl && q->l.wg % 32 == 0 ? 32 : 1, chunk = lw * GN_LAG_M;
   const size_t vec = q->l.vec, lv = p->spatial / vec;
@@ -256,17 +259,7 @@ static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
     nv = (size_t)q->k * lv;
   }
   if ((nv + chunk - 1) / chunk > GN_LAG_MAX_CHUNKS) return false;
-  /* the grid: as many groups as a compute unit holds threads (2048 on NVIDIA), or what the
-   * caller forced. H100, bf16, whole backward with dW, 264 / 528 / 1056 groups: N = 1024
-   * 119.8 / 113.7 / 113.2 us, 4096 118.0 / 113.7 / 114.6, 65536 116.6 / 113.0 / 112.7. A
-   * longer lag (U + grid/2 up to U + 2·grid, so that a block's sums are done a wave earlier)
-   * was slower with every grid: 121–141 us. */
-  size_t g = ctx->tune[NG_TUNE_GROUPS] ? pl->l.groups
-                                       : (size_t)ctx->info.compute_units * (2048 / q->l.wg);
-  if (g == 0) g = 1;
-  if (g > q->units) g = q->units;
-  q->l.groups = q->l.grid = (unsigned)g;
-  o->lag = q->U;
+  q->l.groups = q->l.grid = lag_grid(ctx, pl, q->l.wg, q->units);
   return true;
 }
 
@@ -289,11 +282,7 @@ static bool fwd_lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, co
   size_t units;
   if (ng_mul_overflows(p->batch * p->groups, U, &units) || units > ((size_t)1 << 30))
     return false;
-  size_t g = ctx->tune[NG_TUNE_GROUPS] ? pl->l.groups
-                                       : (size_t)ctx->info.compute_units * (2048 / o->l.wg);
-  if (g == 0) g = 1;
-  if (g > units) g = units;
-  o->l.groups = o->l.grid = (unsigned)g;
+  o->l.groups = o->l.grid = lag_grid(ctx, pl, o->l.wg, units);
   o->U = (unsigned)U;
   o->units = (unsigned)units;
   return true;
@@ -344,17 +333,20 @@ typedef struct gn_bwd_layout {
   size_t prows;                /* partial rows: B·P */
 } gn_bwd_layout;
 
-/* The layout of plan `used` (make_plan's or the one-launch kernel's). Its regions are sized for
+/* The layout of plan `used` (make_plan's, base, or the one-launch kernel's), for rows aligned as
+ * vec_ok says. Its regions are sized for
  * whichever plan a call of these parameters can take, with aligned rows or not, so the scratch
  * size queries (which cannot know the alignment) give enough for every call. Unaligned rows get
  * larger work-groups from the launch choice, hence a smaller grid, and usually fewer units; but
  * where the aligned plan's fourfold units exceed GN_MAX_UNITS and the unaligned plan's do not,
  * the unaligned plan has more. */
 static ng_status bwd_layout(const ng_context *ctx, const ng_groupnorm_params *p,
-                            const gn_plan *used, bool dw, bool db, gn_bwd_layout *out) {
+                            const gn_plan *base, bool vec_ok, const gn_plan *used, bool dw,
+                            bool db, gn_bwd_layout *out) {
   size_t units = 0, P = 1;
-  for (int aligned = 0; aligned < 2; aligned++) {
-    const gn_plan pl = make_plan(ctx, p, aligned != 0);
+  const gn_plan other = make_plan(ctx, p, !vec_ok); /* base is make_plan's for vec_ok */
+  for (int i = 0; i < 2; i++) {
+    const gn_plan pl = i ? other : *base;
     gn_plan q = pl;
     if (lag_wanted(ctx, &pl)) q = lag_units(ctx, p, &pl);
     const size_t u = pl.split ? pl.units : 0, uq = q.split ? q.units : 0;
@@ -407,7 +399,7 @@ ng_status ng_groupnorm_backward_scratch_size(ng_context *ctx, const ng_groupnorm
   if (s != NG_SUCCESS) return s;
   const gn_plan pl = make_plan(ctx, p, true);
   gn_bwd_layout lay = {0, 0, 0, 0, 0};
-  s = bwd_layout(ctx, p, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
+  s = bwd_layout(ctx, p, &pl, true, &pl, compute_dweight != 0, compute_dbias != 0, &lay);
   if (s == NG_SUCCESS) *bytes = lay.total * 4;
   return s;
 }
@@ -563,11 +555,11 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
                       ng_vec_aligned(ctx, dy, p->spatial, 8) &&
                       ng_vec_aligned(ctx, dx, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
-  gn_lag lg;
-  const bool one = lag_plan(ctx, p, &pl, &lg);
-  const gn_plan *u = one ? &lg.pl : &pl; /* the plan the launches follow */
+  gn_plan lq;
+  const bool one = lag_plan(ctx, p, &pl, &lq);
+  const gn_plan *u = one ? &lq : &pl; /* the plan the launches follow */
   gn_bwd_layout lay = {0, 0, 0, 0, 0};
-  s = bwd_layout(ctx, p, u, compute_dw, compute_db, &lay);
+  s = bwd_layout(ctx, p, &pl, vec_ok, u, compute_dw, compute_db, &lay);
   if (s != NG_SUCCESS) return s;
   ng_opts o;
   bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
@@ -612,7 +604,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool grads = compute_dw || compute_db;
   if (lsync) {
     cl_ulong so = 0;
-    cl_uint lag = lg.lag;
+    cl_uint lag = U; /* the least the kernel allows, and the fastest measured */
     const ng_arg largs[] = {
         NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
         NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
