@@ -499,9 +499,7 @@ inline float2 gn_exchange(float4 mine, __global volatile uint *sync, __global fl
     pb[4 * u] = mine.x, pb[4 * u + 1] = mine.y, pb[4 * u + 2] = mine.z;
     NG_FENCE_DEVICE();
     atomic_inc(&sync[2 + 2 * blk]);
-    while (atomic_or(&sync[2 + 2 * blk], 0u) < U) {
-    }
-    NG_FENCE_DEVICE();
+    NG_WAIT_AT_LEAST(&sync[2 + 2 * blk], U);
   }
   barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
   /* volatile loads: another group on this compute unit may hold the line from before it was
@@ -659,9 +657,7 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
     const uint ub = late ? t - lag : 0, blk = ub / U, u = ub % U, v0 = u * (WG * SLOTS);
     const uint nv = late ? nvb : 0, Ue = late ? U : 0;
     if (lid == 0 && late) {
-      while (atomic_or(&sync[2 + 2 * blk], 0u) < U) {
-      }
-      NG_FENCE_DEVICE();
+      NG_WAIT_AT_LEAST(&sync[2 + 2 * blk], U);
     }
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     /* the block's mean from the sum of the unit sums, M2 = Σ M2ᵤ + nᵤ·(meanᵤ − mean)²: the
@@ -807,7 +803,8 @@ inline void gn_bwd_walk(__global const XT *dy, __global const XT *x, __global XT
 inline float2 gn_unit_sums(__global const XT *dy, __global const XT *x, __global const uchar *w,
                            ulong w_off, int pdt, int has_w, __global const float *mean,
                            __global const float *rstd, __global float *dwp, __global float *dbp,
-                           gn_unit t, uint G, uint Cg, uint S, uint P, __local float *red) {
+                           gn_unit t, uint G, uint Cg, uint S, uint P, __local float2 *red2) {
+  __local float *red = (__local float *)red2;
   const uint lid = get_local_id(0);
   const uint first_ch = (t.blk % G) * Cg + t.c_lo;
   const float mu = mean[t.blk], rs = rstd[t.blk];
@@ -842,18 +839,16 @@ inline float2 gn_unit_sums(__global const XT *dy, __global const XT *x, __global
     }
 #endif
   }
-  const float s1 = ng_wg_sum(ng_hsum(a1), red);
-  return (float2)(s1, ng_wg_sum(ng_hsum(a2), red));
+  return ng_wg_sum2((float2)(ng_hsum(a1), ng_hsum(a2)), red2);
 }
 
 /* The block sums of a split block: its U unit partials at pp summed in unit order (strided over
  * the work-group, then a fixed-order sum), so every unit of the block gets the same bits.
  * Volatile loads: in the one-launch kernel, other groups wrote them during this launch. */
-inline float2 gn_block_sums(__global const volatile float *pp, uint U, __local float *red) {
-  float s1 = 0.0f, s2 = 0.0f;
-  for (uint u = get_local_id(0); u < U; u += WG) s1 += pp[2 * u], s2 += pp[2 * u + 1];
-  s1 = ng_wg_sum(s1, red);
-  return (float2)(s1, ng_wg_sum(s2, red));
+inline float2 gn_block_sums(__global const volatile float *pp, uint U, __local float2 *red) {
+  float2 s = (float2)(0.0f);
+  for (uint u = get_local_id(0); u < U; u += WG) s += (float2)(pp[2 * u], pp[2 * u + 1]);
+  return ng_wg_sum2(s, red);
 }
 
 /* The backward kernels' pointers moved to their offsets (the gradient partials only where
@@ -885,7 +880,7 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
                  ulong part_off, __global float *dwp, ulong dwp_off, __global float *dbp,
                  ulong dbp_off, uint units, uint G, uint Cg, uint S, uint U, uint k, uint P,
                  uint Ls, int split) {
-  __local float red[WG];
+  __local float2 red[WG];
   const uint lid = get_local_id(0);
   GN_BWD_OFFSETS();
 #if WG == 1
@@ -928,7 +923,7 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
                     ulong rstd_off, __global XT *dx, ulong dx_off, __global const float *part,
                     ulong part_off, uint units, uint G, uint Cg, uint S, uint U, uint k, uint P,
                     uint Ls) {
-  __local float red[WG];
+  __local float2 red[WG];
   const uint lid = get_local_id(0);
   dy += dy_off;
   x += x_off;
@@ -999,7 +994,7 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
                      ulong part_off, __global float *dwp, ulong dwp_off, __global float *dbp,
                      ulong dbp_off, __global volatile uint *sync, ulong sync_off, uint units,
                      uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, uint lag) {
-  __local float red[WG];
+  __local float2 red[WG];
   __local uint tk;
   const uint lid = get_local_id(0);
   GN_BWD_OFFSETS();
@@ -1051,9 +1046,9 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
         p1 = fma(wc, sw, p1);
         p2 = fma(wc, sb, p2);
       }
-      const float s1 = ng_wg_sum(p1, red), s2 = ng_wg_sum(p2, red);
+      const float2 s = ng_wg_sum2((float2)(p1, p2), red);
       if (lid == 0 && sums) {
-        pv[(ulong)t * 2] = s1, pv[(ulong)t * 2 + 1] = s2;
+        pv[(ulong)t * 2] = s.x, pv[(ulong)t * 2 + 1] = s.y;
         NG_FENCE_DEVICE();
         atomic_inc(&sync[2 + 2 * a.blk]);
       }
@@ -1061,9 +1056,7 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
     /* ---- dx of unit t − lag ---- */
     const gn_unit b = gn_decode(late ? t - lag : 0, U, Cg, S, k, P, Ls);
     if (lid == 0 && late) {
-      while (atomic_or(&sync[2 + 2 * b.blk], 0u) < U) {
-      }
-      NG_FENCE_DEVICE();
+      NG_WAIT_AT_LEAST(&sync[2 + 2 * b.blk], U);
     }
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     /* volatile loads: this compute unit may hold lines of part from before they were written */

@@ -267,38 +267,6 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
 #endif
 }
 
-/* Both row sums of the backward in one fixed-order reduction (one set of barriers, not two);
- * the same shapes as ng_wg_sum. `buf` holds WG float2. */
-inline float2 ln_wg_sum2(float2 v, __local float2 *buf) {
-#if WG == 1
-  (void)buf;
-  return v;
-#elif NG_NV_SHFL && WG % 32 == 0
-  for (int m = 16; m > 0; m >>= 1) {
-    v.x += ng_shfl_xor(v.x, m);
-    v.y += ng_shfl_xor(v.y, m);
-  }
-  const uint lid = get_local_id(0);
-  if ((lid & 31) == 0) buf[lid >> 5] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  float2 r = (float2)(0.0f);
-  for (uint i = 0; i < WG / 32; i++) r += buf[i];
-  barrier(CLK_LOCAL_MEM_FENCE); /* buf is reused by the next row */
-  return r;
-#else
-  const uint lid = get_local_id(0);
-  buf[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) buf[lid] += buf[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float2 r = buf[0];
-  barrier(CLK_LOCAL_MEM_FENCE); /* buf is reused by the next row */
-  return r;
-#endif
-}
-
 /* g = w·dy (dy without a weight) */
 #if HAS_W
 #define GRAD(d, i) ((d) * LDW(w, i))
@@ -397,7 +365,7 @@ inline float2 ln_row_sums(__global const XT *dyr, __global const XT *xr, __globa
     a1 = ACC_FMA(xh, g, a1);
     a2 = ACC_ADD(a2, g);
   }
-  return ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+  return ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
 }
 
 /* dx = (g − xhat·c1 − c2)·rstd with c1 = Σ xhat·g / n, c2 = Σ g / n; this group's partials
@@ -553,7 +521,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
           a2 = ACC_ADD(a2, g);
         }
       }
-      const float2 sums = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+      const float2 sums = ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
       const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
       NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
@@ -778,7 +746,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
         a2 = ACC_ADD(a2, g);
       }
     }
-    const float2 mine = ln_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
+    const float2 mine = ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
     const float2 sums =
         ng_coop_sum((float4)(mine, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).xy;
     const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
