@@ -614,8 +614,10 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #endif
 /* With HAS_DS, ds_out is loaded with dy and x, so that it is in flight through the wait (H100,
  * bf16, fused add frozen, loaded at its use -> early: 32768 135 -> 116 us, 65536 136 -> 115 us).
- * With dW the registers are then short for the dW sums, which live in local memory instead (in
- * registers the kernel at 65536 took 190 us, against 148 with ds loaded at its use). */
+ * The dW sums live in local memory: in registers the kernel sits near 128 of them, past which
+ * only one group fits an H100 compute unit, and small edits crossed that line (RMSNorm at 65536
+ * with dW: 127 registers 96 us, 147 registers 156 us; in local memory 97 registers, 97 us; with
+ * ds_out in registers too, 190 us against 148 with ds loaded at its use). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
@@ -644,12 +646,9 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
   const uint c0 = s * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
   floatV wc[REG];
-#if COMPUTE_DW && HAS_DS
+#if COMPUTE_DW
   __local floatV dwl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
 #define RMS_DWR(q) dwl[(q) * WG + lid]
-#elif COMPUTE_DW
-  floatV dwr[REG];
-#define RMS_DWR(q) dwr[q]
 #endif
 #pragma unroll
   for (int q = 0; q < REG; q++) {

@@ -483,8 +483,8 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
   size_t wait = ng_max_waiting_groups(ctx);
   if (wait > NG_COOP_MAX_SLICES) wait = NG_COOP_MAX_SLICES;
   if (slices > wait) return false;
-  /* the kernels with two kinds of sums keep one in local memory (a float vector per slot of the
-   * group) beside their reduction buffer */
+  /* RMSNorm's dW sums, and one of the two kinds of sums where a kernel has two, live in local
+   * memory (a float vector per slot of the group) beside the reduction buffer */
   if ((size_t)cl.wg * cl.reg_cols * 8 * 4 + (size_t)cl.wg * 8 + 64 > ctx->info.local_mem)
     return false;
   size_t g = ctx->tune[NG_TUNE_GROUPS] ? ctx->tune[NG_TUNE_GROUPS]
@@ -505,8 +505,9 @@ ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch
                         cl_mem *sync) {
   *sync = NULL;
   if (!ng_coop_plan(ctx, l, x_dtype, rows, n, hold, c)) return NG_SUCCESS;
-  /* tickets, done count, a counter per set, two banks of shares (up to four floats) per group */
-  return ng_sync_area(ctx, q, 2 + c->sets + 8 * (size_t)c->l.groups, sync);
+  /* tickets, done count, a counter per set, from an even index two banks of shares (up to four
+   * 64-bit slots) per group: NG_COOP_AREA in cl/ng_common.clh */
+  return ng_sync_area(ctx, q, 2 + c->sets + 1 + 16 * (size_t)c->l.groups, sync);
 }
 
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes) {
