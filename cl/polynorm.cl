@@ -34,6 +34,17 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
  * registers and read once; longer rows stream twice. Same sums in the same order. */
 #define PN_REG 2
 
+/* A held vector of the GPU forward: bf16 in its storage bits (NG_RAWV), others as floats */
+#if DTYPE == NG_BF16
+#define PN_HELDT NG_RAWV(DTYPE)
+#define PN_HELD_LD(p, i) NG_LDRV(DTYPE, p, i)
+#define PN_HELD_W(r) NG_WIDENV(DTYPE, r)
+#else
+#define PN_HELDT floatV
+#define PN_HELD_LD(p, i) LDX(p, i)
+#define PN_HELD_W(r) (r)
+#endif
+
 /* GPU shape (PREFETCH, NVIDIA): ask L2 for this work-item's vectors of the group's next row
  * of tensor t before the row's reduction stalls the group. Rows of up to two vectors per
  * work-item only: with longer ones the prefetched rows evicted the current ones before their
@@ -155,23 +166,29 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
     __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
     floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
-    if (cached) { /* the row in registers: one read (same sums, same order) */
-      floatV xs[PN_REG];
+    if (cached) {
+      /* the row in registers, read once (same sums, same order); bf16 rows in their storage
+       * bits, widened at each use (the same values): as floats the kernel took 81 registers in
+       * groups of 512, too many for two such groups on an H100 compute unit (65536 registers),
+       * and N = 8192 ran at 0.71 of copy, in storage bits 64 registers and 0.83. f16 rows lost
+       * that way (8192: 53 -> 56 us, 16384: 62 -> 68-71 us), so they stay floats. */
+      PN_HELDT xs[PN_REG];
 #pragma unroll
       for (int k = 0; k < PN_REG; k++) {
         const uint i = lid + (uint)k * WG;
-        xs[k] = i < nv ? LDX(xr, i) : (floatV)(0.0f);
+        xs[k] = i < nv ? PN_HELD_LD(xr, i) : (PN_HELDT)(0);
       }
       PN_PREFETCH_NEXT(x);
 #pragma unroll
       for (int k = 0; k < PN_REG; k++) {
-        if (lid + (uint)k * WG < nv) PN_SUMS1(xs[k]);
+        if (lid + (uint)k * WG < nv) PN_SUMS1(PN_HELD_W(xs[k]));
       }
       PN_GPU_ROW_STATS();
       NG_UNROLL_STORES
       for (int k = 0; k < PN_REG; k++) {
         const uint i = lid + (uint)k * WG;
-        if (i < nv) STX(yr, i, PN_Y(xs[k]));
+        const floatV v = PN_HELD_W(xs[k]);
+        if (i < nv) STX(yr, i, PN_Y(v));
       }
       continue;
     }
