@@ -8,7 +8,9 @@
  * Same persistent grid as cl/rmsnorm.cl: work-group g handles rows g, g+G, … ; WG = 1 is a row
  * per work-item (CPUs), WG > 1 a row per work-group with local-memory reductions (GPUs). Rows of
  * at most WG·REG vectors are read into registers once; longer rows stream from memory (and
- * cache) once per pass. Both paths sum in the same order, so they give the same bits. */
+ * cache) once per pass. In the backward both paths sum in the same order, so they give the same
+ * bits; the GPU forward of longer rows (ng_layernorm_fwd_stream) merges chunk statistics
+ * instead, to read the row once fewer. */
 
 #define XT NG_STORE(DTYPE)
 #define WT NG_STORE(W_DTYPE)
@@ -99,6 +101,56 @@ inline floatC ln_outc(floatC v, float mu, float rs, __global const WT *w, __glob
       STX(yr, nv - 1, ln_out(LDX(x0, nv - 1), mu0, rs0, w, b, nv - 1));                              \
     }                                                                                                \
   } while (0)
+
+/* Streaming rows (GPU shape): a row's statistics from one read of it. Work-item lid takes its
+ * vectors lid, lid + WG, … in chunks of LN_CH, forms each chunk's exact two-pass statistics in
+ * registers (its mean, then the squares of the deviations from it) and merges them into its
+ * running (count, sum, M2) as Chan et al. do, which never forms E[x²] − mean²; the group takes
+ * the row's mean from the sum of the sums, then M2 = Σ M2_w + n_w·(mean_w − mean)². Mean and
+ * then centred squares in two passes would read the row three times with the output's, the
+ * last two from L2.
+ * The values are x − K with K the row's first element (exact for values within a factor of two
+ * of each other). The merge drops the term 2·n_c·(m_c − mean)·(true chunk mean − m_c), which is
+ * the chunk mean's rounding, relative to |m_c|: for a row of mean 1000 and spread 0.1 in f32
+ * that took rstd 2.5·10⁻⁵ off; shifted, |m_c| is about the spread (at most √n spreads, since K
+ * is one of the row's values). */
+#ifndef LN_CH
+#define LN_CH 2
+#endif
+typedef struct {
+  float n, s, m2;
+} ln_st;
+inline ln_st ln_chunk(ln_st a, const floatV *v, uint i0, uint nv) {
+  float cs = 0.0f;
+  uint c = 0;
+#pragma unroll
+  for (int k = 0; k < LN_CH; k++)
+    if (i0 + (uint)k * WG < nv) {
+      cs += ng_hsum(v[k]);
+      c++;
+    }
+  const float cn = (float)(c * VEC), m = cs / cn;
+  floatV q = (floatV)(0.0f);
+#pragma unroll
+  for (int k = 0; k < LN_CH; k++)
+    if (i0 + (uint)k * WG < nv) {
+      const floatV d = v[k] - m;
+      q = fma(d, d, q);
+    }
+  const float cq = ng_hsum(q);
+  if (a.n == 0.0f) return (ln_st){cn, cs, cq};
+  const float tn = a.n + cn, d = m - a.s / a.n;
+  a.m2 += cq + d * d * (a.n * cn / tn);
+  a.s += cs;
+  a.n = tn;
+  return a;
+}
+/* this work-item's share of the row's M2 about the row's mean mu */
+inline float ln_dev(ln_st a, float mu) {
+  if (a.n == 0.0f) return 0.0f;
+  const float d = a.s / a.n - mu;
+  return fma(a.n * d, d, a.m2);
+}
 
 /* Mean first, then the centred sum of squares in a second pass over the row: E[x²] − mean²
  * would cancel catastrophically when |mean| ≫ std. */
@@ -250,6 +302,10 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
       }
       continue;
     }
+    /* The host sends longer rows to ng_layernorm_fwd_stream, so it does not reach this
+     * three-pass loop (mean, centred squares, output). It stays because NVIDIA's compiler gives
+     * the register-held path above worse code without it: bf16 16384 55.5 → 58.0 µs, f32 16384
+     * 124.3 → 127.9 µs, and 12 bytes spilled at REG = 4 (H100, same binary otherwise). */
     for (uint i = lid; i < nv; i += WG) acc += LDX(xr, i);
     const float mu = ng_wg_sum(ng_hsum(acc), red) / (float)n;
     acc = (floatV)(0.0f);
@@ -264,6 +320,54 @@ ng_layernorm_fwd(__global const XT *x, ulong x_off, __global const WT *w, ulong 
     }
     for (uint i = lid; i < nv; i += WG) STX(yr, i, ln_out(LDX(xr, i), mu, rs, w, b, i));
   }
+#endif
+}
+
+/* GPU forward of rows longer than the group's registers (the host takes it for them): the
+ * statistics of x − K in one read (ln_chunk), K the row's first element, then y from a second
+ * read, from L2. A kernel of its own so that its registers do not count against
+ * ng_layernorm_fwd's register-held rows: as a branch of that kernel it cost those rows 3–6 %
+ * (H100, bf16, 4096 and 16384). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_fwd_stream(__global const XT *x, ulong x_off, __global const WT *w, ulong w_off,
+                        __global const BT *b, ulong b_off, __global XT *y, ulong y_off,
+                        __global float *mean, ulong mean_off, __global float *rstd,
+                        ulong rstd_off, uint rows, uint n, float eps) {
+#if WG > 1
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  x += x_off;
+  y += y_off;
+  w += w_off;
+  b += b_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  for (uint r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *yr = y + (ulong)r * n;
+    const float kx = NG_LD1(DTYPE, xr, 0);
+    ln_st st = {0.0f, 0.0f, 0.0f};
+    for (uint i0 = lid; i0 < nv; i0 += LN_CH * WG) {
+      floatV v[LN_CH];
+#pragma unroll
+      for (int k = 0; k < LN_CH; k++) {
+        const uint i = i0 + (uint)k * WG;
+        v[k] = i < nv ? LDX(xr, i) - kx : (floatV)(0.0f);
+      }
+      st = ln_chunk(st, v, i0, nv);
+    }
+    const float my = ng_wg_sum(st.s, red) / (float)n;
+    const float mu = kx + my, rs = rsqrt(ng_wg_sum(ln_dev(st, my), red) / (float)n + eps);
+    if (lid == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+    for (uint i = lid; i < nv; i += WG) STX(yr, i, ln_out(LDX(xr, i), mu, rs, w, b, i));
+  }
+#else
+  (void)x, (void)x_off, (void)w, (void)w_off, (void)b, (void)b_off, (void)y, (void)y_off;
+  (void)mean, (void)mean_off, (void)rstd, (void)rstd_off, (void)rows, (void)n, (void)eps;
 #endif
 }
 

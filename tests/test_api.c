@@ -389,5 +389,5 @@ int main(void) {
       cmocka_unit_test(test_cache_threads), cmocka_unit_test(test_profile),
       cmocka_unit_test(test_rmsnorm_validation),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

@@ -955,7 +955,7 @@ int main(void) {
       cmocka_unit_test(test_exit_codes),
       cmocka_unit_test(test_progress_line),
   };
-  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_cli_test_cleanup();
   return failed;
 }

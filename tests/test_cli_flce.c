@@ -216,7 +216,7 @@ int main(void) {
   if (ng_cli_test_init("cli-flce")) return 1;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_run),
                                      cmocka_unit_test(test_bench_json)};
-  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_cli_test_cleanup();
   return failed;
 }

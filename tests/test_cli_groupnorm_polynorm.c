@@ -348,7 +348,7 @@ int main(void) {
       cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_bench),
   };
-  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_cli_test_cleanup();
   return failed;
 }

@@ -913,7 +913,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_eviction),          cmocka_unit_test(test_two_processes),
       cmocka_unit_test(test_prebuild),          cmocka_unit_test(test_prebuild_gpu_shapes),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  int r = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_test_env_release();
   return r;
 }

@@ -584,5 +584,5 @@ int main(void) {
       cmocka_unit_test(test_other_ops_bad_input),
       cmocka_unit_test(test_device_allocation_failure),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

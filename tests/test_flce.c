@@ -1062,5 +1062,5 @@ int main(void) {
       cmocka_unit_test(test_deterministic),      cmocka_unit_test(test_in_place_dinput),
       cmocka_unit_test(test_gemm_temporaries),   cmocka_unit_test(test_indirect_gemms),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

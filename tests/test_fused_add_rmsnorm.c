@@ -695,5 +695,5 @@ int main(void) {
       cmocka_unit_test(test_deterministic), cmocka_unit_test(test_shapes),
       cmocka_unit_test(test_fused_reduce),    cmocka_unit_test(test_split_rows),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

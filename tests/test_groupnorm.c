@@ -908,5 +908,5 @@ int main(void) {
       T(test_one_launch_backward),
 #undef T
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

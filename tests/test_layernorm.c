@@ -291,6 +291,14 @@ static void test_workgroup_shape(void **state) {
     c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_BF16, &PARAMS[11], 0, seed++);
     run_case(&c);
   }
+  /* rows beyond the registers stream, their statistics merged from each work-item's chunks (and
+   * two rows at a time): a mean 10⁴ times the spread must still give the variance */
+  for (size_t i = 0; i < 2; i++) {
+    ln_case c = make_case(i ? 7 : 1, 4097, NG_F32, NG_F32, &PARAMS[0], 0, seed++);
+    c.x_mean = 1000.0;
+    c.x_std = 0.1;
+    run_case(&c);
+  }
   /* four and eight register slots: the forward keeps 16-bit rows in their storage bits (whole,
    * with idle slots, and beyond the registers) */
   const size_t wide[][3] = {{4, 9, 2048}, {4, 5, 1800}, {8, 3, 4096}, {8, 3, 4160}};
@@ -795,5 +803,5 @@ int main(void) {
       cmocka_unit_test(test_split_rows),
       cmocka_unit_test(test_prebuild),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

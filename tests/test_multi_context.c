@@ -379,5 +379,5 @@ static void test_one_device_two_cl_contexts(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_sub_devices),
                                      cmocka_unit_test(test_one_device_two_cl_contexts)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return NG_RUN_GROUP_TESTS(tests, NULL, NULL);
 }

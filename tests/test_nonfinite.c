@@ -224,5 +224,5 @@ int main(void) {
       cmocka_unit_test(test_nonfinite_row_per_item),
       cmocka_unit_test(test_nonfinite_group_per_row),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

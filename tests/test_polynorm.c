@@ -573,5 +573,5 @@ int main(void) {
       T(test_split_rows),
 #undef T
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

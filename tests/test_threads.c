@@ -377,5 +377,5 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_calls_from_eight_threads),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

@@ -218,7 +218,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_env, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gemm_tuning_args, setup, teardown),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_test_env_release();
   return rc;
 }

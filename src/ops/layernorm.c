@@ -90,8 +90,10 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(y.mem),      NG_ARG(yo),
                          NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
                          NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
-  return ng_enqueue(ctx, queue, prog, "ng_layernorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
-                    NG_ARRAY_LEN(args), nwait, wait, event);
+  /* GPU rows longer than the group holds in registers: their own kernel (cl/layernorm.cl) */
+  const bool stream = l.wg > 1 && p->n / l.vec > (size_t)l.wg * l.reg_cols;
+  return ng_enqueue(ctx, queue, prog, stream ? "ng_layernorm_fwd_stream" : "ng_layernorm_fwd",
+                    (size_t)l.groups * l.wg, l.wg, args, NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
 ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm_params *p,

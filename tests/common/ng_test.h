@@ -12,6 +12,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
+
+/* cmocka_run_group_tests, limited to the tests whose names match NORMGRAD_TEST_FILTER (a
+ * cmocka pattern: `*` and `?`) when it is set, so one test of a long file can be rerun alone. */
+static inline void ng_test_filter(void) {
+  const char *f = getenv("NORMGRAD_TEST_FILTER");
+  if (f && *f) cmocka_set_test_filter(f);
+}
+#define NG_RUN_GROUP_TESTS(tests, setup, teardown)                                                 \
+  (ng_test_filter(), cmocka_run_group_tests(tests, setup, teardown))
 
 typedef struct ng_test_env {
   cl_platform_id platform;
