@@ -409,10 +409,14 @@ void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool h
   ng_nv_opts(o, l);
 }
 
+bool ng_row_beyond_regs(const ng_row_launch *l, size_t n) {
+  return l->wg > 1 && n / l->vec > (size_t)l->wg * l->reg_cols;
+}
+
 bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
                   size_t *nblocks, size_t *rgroups) {
+  if (!ng_row_beyond_regs(l, n)) return false;
   const size_t nv = n / l->vec, cover = (size_t)l->wg * l->reg_cols;
-  if (l->wg == 1 || nv <= cover) return false;
   *nblocks = (nv + cover - 1) / cover;
   const size_t want = (size_t)ctx->info.compute_units * dw_groups_per_cu(l->wg, l->reg_cols);
   size_t g = (want + *nblocks - 1) / *nblocks;

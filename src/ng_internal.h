@@ -235,6 +235,9 @@ typedef struct ng_row_launch {
   bool prefetch;     /* prefetch each group's next row into L2 (NVIDIA PTX) */
   bool nv_bf16;      /* bf16 rounding by PTX cvt (NVIDIA sm_80+) */
 } ng_row_launch;
+/* A GPU-shaped launch (wg > 1) whose rows of n elements are longer than a group holds in its
+ * registers (wg·reg_cols vectors): such rows stream, or take a split or column kernel. */
+bool ng_row_beyond_regs(const ng_row_launch *l, size_t n);
 /* Backward with parameter partials on a GPU for rows longer than a work-group's registers: split
  * by columns (a row-sums kernel, then a column-block kernel whose partials stay in registers).
  * False when the launch holds rows in registers (or is the CPU shape); else the column blocks

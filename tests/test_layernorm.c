@@ -291,8 +291,8 @@ static void test_workgroup_shape(void **state) {
     c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_BF16, &PARAMS[11], 0, seed++);
     run_case(&c);
   }
-  /* rows beyond the registers stream, their statistics merged from each work-item's chunks (and
-   * two rows at a time): a mean 10⁴ times the spread must still give the variance */
+  /* rows beyond the registers stream, their statistics merged from each work-item's chunks
+   * (ng_layernorm_fwd_stream): a mean 10⁴ times the spread must still give the variance */
   for (size_t i = 0; i < 2; i++) {
     ln_case c = make_case(i ? 7 : 1, 4097, NG_F32, NG_F32, &PARAMS[0], 0, seed++);
     c.x_mean = 1000.0;

@@ -91,8 +91,8 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
                          NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
   /* GPU rows longer than the group holds in registers: their own kernel (cl/layernorm.cl) */
-  const bool stream = l.wg > 1 && p->n / l.vec > (size_t)l.wg * l.reg_cols;
-  return ng_enqueue(ctx, queue, prog, stream ? "ng_layernorm_fwd_stream" : "ng_layernorm_fwd",
+  return ng_enqueue(ctx, queue, prog,
+                    ng_row_beyond_regs(&l, p->n) ? "ng_layernorm_fwd_stream" : "ng_layernorm_fwd",
                     (size_t)l.groups * l.wg, l.wg, args, NG_ARRAY_LEN(args), nwait, wait, event);
 }
 
