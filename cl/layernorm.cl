@@ -498,7 +498,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
   ng_fused_reduce(fsync + fsync_off, part + part_off, n,                                              \
                   part + part_off + (COMPUTE_DW ? (ulong)get_num_groups(0) * n : 0), n, COMPUTE_DW,  \
                   COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,                    \
-                  (__local float *)red)
+                  (__local float *)red, 2)
 #else
 #define LN_FUSED_REDUCE() NG_FUSED_UNUSED()
 #endif

@@ -408,7 +408,7 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
    * so one reducer) */
   ng_fused_reduce(fsync + fsync_off, part_dw + pdw_off, 3, part_db + pdb_off, 1, COMPUTE_DW,
                   COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,
-                  (__local float *)red4);
+                  (__local float *)red4, 4);
 #else
   NG_FUSED_UNUSED();
 #endif

@@ -509,7 +509,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #endif
 #if FUSED_RED && COMPUTE_DW && WG > 1
   ng_fused_reduce(fsync + fsync_off, part + part_off, n, part, 0, true, false, fdw + fdw_off, fdb,
-                  facc, fcw, freducers, red);
+                  facc, fcw, freducers, red, 1);
 #else
   NG_FUSED_UNUSED();
 #endif

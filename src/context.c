@@ -532,32 +532,55 @@ size_t ng_max_waiting_groups(const ng_context *ctx) {
   return cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
 }
 
-/* Blocks and reducers of an in-kernel reduction (cl/ng_common.clh): at most
- * ng_max_waiting_groups reducers. Blocks of at least 32 columns (a warp's coalesced 128 bytes),
- * or the whole row when shorter; wider while there are more blocks than reducers, up to the
- * work-group. */
-static void fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
-                        size_t sections, size_t *cw_out, size_t *reducers) {
-  size_t cmax = ng_max_waiting_groups(ctx);
-  if (cmax > l->groups) cmax = l->groups;
-  size_t cw = 1;
-  while (cw < ncols && cw < 32) cw *= 2;
-  while (cw < l->wg && sections * ((ncols + cw - 1) / cw) > cmax) cw *= 2;
-  if (cw > l->wg) cw = l->wg;
-  const size_t blocks = sections * ((ncols + cw - 1) / cw);
-  *cw_out = cw;
-  *reducers = blocks < cmax ? blocks : cmax;
+/* Sequential rounds of eight loads a reducer's thread makes when the partial rows are summed in
+ * blocks of cw columns (cl/ng_common.clh: four columns a thread, 4·wg / cw slices of rows), with
+ * the blocks shared among at most cmax reducers. */
+static size_t fused_rounds(size_t groups, size_t wg, size_t ncols, size_t sections, size_t cmax,
+                           size_t cw, size_t *blocks) {
+  *blocks = sections * ((ncols + cw - 1) / cw);
+  const size_t reducers = *blocks < cmax ? *blocks : cmax;
+  const size_t per = (*blocks + reducers - 1) / reducers;
+  const size_t slices = 4 * wg / cw, chain = (groups + slices - 1) / slices;
+  return per * ((chain + 7) / 8);
 }
 
-/* The default keeps the separate kernel where a reducer's thread would sum more than this many
- * partial rows in sequence: the reducers are the main kernel's work-groups, often narrow, and
- * their chains of L2 loads then outlast the launch they save. H100, bf16, with dW, separate ->
- * in-kernel: 264 rows a thread (every op at N = 1024) 81 -> 89 us (RMSNorm), 88 -> 97
- * (LayerNorm); 66 (LayerNorm 4096, RMSNorm 16384) 95 -> 111, 92 -> 100; 33 (RMSNorm 4096,
- * 8192, LayerNorm 8192) 82.6 -> 80.9, 88.3 -> 87.6, 97.4 -> 90.7, fused add 8192 109 -> 113;
- * 17 (PolyNorm 4096, 8192) 93.4 -> 89.8, 101.6 -> 95.7. The chain is taken on the grid before
- * the cap at the row count, so the choice (a build option) does not depend on the batch. */
-#define NG_FUSED_MAX_CHAIN 40
+/* Blocks and reducers of an in-kernel reduction: at most ng_max_waiting_groups reducers, blocks
+ * of cw columns, a power of two from 8 (a 32-byte sector a row; 4 for shorter rows) to 4·wg,
+ * whichever takes the fewest rounds of loads (fused_rounds), the widest of equals (fewer
+ * blocks, and fewer slices to meet in the tree). */
+static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
+                          size_t sections, size_t *cw_out, size_t *reducers) {
+  size_t cmax = ng_max_waiting_groups(ctx);
+  if (cmax > l->groups) cmax = l->groups;
+  size_t best = SIZE_MAX, best_cw = 4, best_blocks = 1;
+  for (size_t cw = ncols < 8 ? 4 : 8; cw <= 4 * (size_t)l->wg; cw *= 2) {
+    size_t blocks;
+    const size_t r = fused_rounds(l->groups, l->wg, ncols, sections, cmax, cw, &blocks);
+    if (r <= best) best = r, best_cw = cw, best_blocks = blocks;
+    if (cw >= ncols) break; /* one block covers the row: wider adds nothing */
+  }
+  *cw_out = best_cw;
+  *reducers = best_blocks < cmax ? best_blocks : cmax;
+  return best;
+}
+
+/* The default sums in the kernel where a reducer's thread makes at most this many rounds of
+ * loads and the grid has at most NG_FUSED_MAX_PER_CU groups per compute unit. H100, bf16, with
+ * dW, rows·N = 2^25, separate -> in-kernel (fused_rounds; docs/tuning.md has the table):
+ *  - 1-3 rounds: RMSNorm 4096 85.3-86.8 -> 81.1-83.2 us, 8192 87.6-89.0 -> 86.0-86.8, 16384
+ *    90.3-92.2 -> 89.5-91.4; LayerNorm 8192 91.1-95.7 -> 90.0-90.3, weight frozen (dB only)
+ *    4096 84.6-85.6 -> 80.5-82.8, 16384 95.9-100.0 -> 90.4-92.9; PolyNorm 2048 84.4-84.8 ->
+ *    79.8-80.4, 4096 87.9-89.4 -> 89.3-89.8;
+ *  - 5 rounds: LayerNorm 2048 83.3-84.1 -> 83.4-84.5, 16384 96.1-96.7 -> 97.1-98.0, 4096
+ *    85.1-88.3 -> 82.6-83.5; 9 rounds: LayerNorm 1024 83.6-84.2 -> 90.0 (its reducers' loads
+ *    taken out, a measurement build: 79.2-80.1, so about 1 us a round);
+ *  - the 1056 groups (8 per compute unit) of N = 1024 measured even or slower for every op,
+ *    PolyNorm's 3 rounds too: 85.1-85.5 -> 85.2-87.2.
+ * When a thread summed one column as scalars, every op at N = 1024 took 33 rounds (RMSNorm 81 ->
+ * 89 us). Rounds and groups are taken on the grid before the cap at the row count, so the
+ * choice (a build option) does not depend on the batch. */
+#define NG_FUSED_MAX_ROUNDS 3
+#define NG_FUSED_MAX_PER_CU 4
 
 bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
                      size_t sections) {
@@ -566,10 +589,9 @@ bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols
   if (!l->nv_shfl) return false; /* measured on NVIDIA only */
   ng_row_launch full = *l;
   full.groups = l->grid > l->groups ? l->grid : l->groups;
+  if (full.groups > (size_t)NG_FUSED_MAX_PER_CU * ctx->info.compute_units) return false;
   size_t cw, reducers;
-  fused_shape(ctx, &full, ncols, sections, &cw, &reducers);
-  const size_t slices = l->wg / cw;
-  return (full.groups + slices - 1) / slices <= NG_FUSED_MAX_CHAIN;
+  return fused_shape(ctx, &full, ncols, sections, &cw, &reducers) <= NG_FUSED_MAX_ROUNDS;
 }
 
 /* The counter slot of queue q (index into sync_buf's pairs), or -1. Called under ctx->lock. */

@@ -151,6 +151,16 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
   return scratch_size(ctx, p, compute_dweight, bytes, false);
 }
 
+/* Whether the backward may sum dW in the kernel (then as ng_fused_wanted says). The fused add
+ * with ds_out keeps the separate reduction unless forced: in-kernel it measured even or slower
+ * at every N (H100, bf16, with dW: 2048 105.5-107.2 -> 104.6-105.7 us, 8192 111.8-113.2 ->
+ * 111.6-115.0, 4096 106.1-106.6 -> 118.6-119.9, where RMSNorm's same launch gains 85.3 ->
+ * 81.1-83.2; with the reducers' loads taken out, a measurement build, 4096 still took 119.3: the
+ * time goes to the groups' arrival, not to the sums). */
+static bool fuse_ok(const ng_context *ctx, bool has_ds) {
+  return !has_ds || ctx->fused_reduce == 2;
+}
+
 /* Backward; `x` is the normalized input (s for the fused op), ds_out (optional) is added to dx. */
 static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
                               bool fused, const char *x_name, ng_tensor dy, ng_tensor ds_out,
@@ -204,7 +214,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;
   if (s == NG_SUCCESS)
-    s = ng_fused_plan(ctx, queue, &l, p->n, compute_dw && !split && !coop ? 1 : 0, dweight,
+    s = ng_fused_plan(ctx, queue, &l, p->n,
+                      compute_dw && !split && !coop && fuse_ok(ctx, has_ds) ? 1 : 0, dweight,
                       ng_tensor_none(), acc, &f);
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
@@ -353,7 +364,8 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
               const bool coop = pass > 0 && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
                                                          coop_hold(fused, ds != 0), &cp);
-              const bool fused_red = pass == 2 && !coop && ng_fused_wanted(ctx, &l, n, 1) &&
+              const bool fused_red = pass == 2 && !coop && fuse_ok(ctx, ds != 0) &&
+                                     ng_fused_wanted(ctx, &l, n, 1) &&
                                      !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
               ng_opts o;
               if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
