@@ -52,6 +52,11 @@ inline float gn_ld_param(__global const uchar *p, ulong i, int dt) {
   if (dt == NG_F16) return vload_half(i, (__global const half *)p);
   return ng_bf16_to_f32(((__global const ushort *)p)[i]);
 }
+inline void gn_st_param(__global uchar *p, ulong i, int dt, float v) {
+  if (dt == NG_F32) ((__global float *)p)[i] = v;
+  else if (dt == NG_F16) vstore_half_rte(v, i, (__global half *)p);
+  else ((__global ushort *)p)[i] = ng_f32_to_bf16(v);
+}
 
 /* ---- statistics: count, compensated sum (hi + lo), sum of squared deviations from the mean ----
  * Merging two sets (Chan et al.) keeps M2 free of the E[x²] − mean² cancellation; the sum is
@@ -986,6 +991,28 @@ inline float gn_lane_sum(float v) {
   return v;
 }
 
+#ifndef GN_FUSED_GRAD
+#define GN_FUSED_GRAD 0
+#endif
+#if GN_FUSED_GRAD
+/* dweight / dbias in the one-launch backward (GN_FUSED_GRAD): the B·P units that share a run of
+ * channels (every sample b, every piece p) each count their partials in a counter of that run,
+ * cnt[g·(U/P) + u/P]; the last of them (ticket order does not matter: the sums take the partial
+ * rows in row order) sums the rows for its channels and writes the gradients, so no
+ * ng_reduce_partials launch follows. No group waits: the last arriver resets the counter. Called
+ * by work-item 0 after its device-scope fence. */
+inline void gn_grad_arrive(__global volatile uint *cnt, gn_unit a, uint ug, uint G, uint U,
+                           uint P, uint rows, __local uint *last) {
+  const uint key = (a.blk % G) * (U / P) + (ug % U) / P;
+  const uint n = atomic_inc(&cnt[key]) + 1u;
+  *last = n == rows;
+  if (n == rows) {
+    atomic_xchg(&cnt[key], 0u);
+    NG_FENCE_DEVICE(); /* then see the other units' partials */
+  }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                      __global const uchar *w, ulong w_off, int pdt, int has_w,
@@ -993,7 +1020,12 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
                      ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part,
                      ulong part_off, __global float *dwp, ulong dwp_off, __global float *dbp,
                      ulong dbp_off, __global volatile uint *sync, ulong sync_off, uint units,
-                     uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, uint lag) {
+                     uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, uint lag
+#if GN_FUSED_GRAD
+                     , __global uchar *gdw, ulong gdw_off, __global uchar *gdb, ulong gdb_off,
+                     int gdt, int gacc
+#endif
+) {
   __local float2 red[WG];
   __local uint tk;
   const uint lid = get_local_id(0);
@@ -1004,6 +1036,9 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
   const float nf = (float)(Cg * S);
   const uint lane = lid % GN_LW, wp = lid / GN_LW;
   __local float lcw[GN_MAX_CHUNKS], lcb[GN_MAX_CHUNKS];
+#if GN_FUSED_GRAD
+  __local uint glast;
+#endif
   /* Both halves run on every ticket, the absent one on an empty unit: no barrier sits under a
    * condition (PoCL 3.1 ran `lid == 0` blocks in every work-item beside such conditions). */
   for (uint t = gn_ticket(sync, tickets, &tk); t < tickets; t = gn_ticket(sync, tickets, &tk)) {
@@ -1051,6 +1086,11 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
         pv[(ulong)t * 2] = s.x, pv[(ulong)t * 2 + 1] = s.y;
         NG_FENCE_DEVICE();
         atomic_inc(&sync[2 + 2 * a.blk]);
+#if GN_FUSED_GRAD
+        /* the fence above also covers this group's per-channel partials (stored before the
+         * barriers of ng_wg_sum2): count them for the channels' B·P units */
+        gn_grad_arrive(sync + 2 + 2 * (units / U), a, t, G, U, P, (units / U / G) * P, &glast);
+#endif
       }
     }
     /* ---- dx of unit t − lag ---- */
@@ -1088,6 +1128,29 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
         atomic_xchg(&sync[3 + 2 * b.blk], 0u);
       }
     }
+#if GN_FUSED_GRAD
+    /* glast was set before the barrier ahead of dx, and is set again only after the next
+     * ticket's barriers */
+    if (sums && glast) {
+      const uint first_ch = (a.blk % G) * Cg + a.c_lo, C = G * Cg, rows = (units / U / G) * P;
+      __global volatile const float *vw = (__global volatile const float *)dwp;
+      __global volatile const float *vb = (__global volatile const float *)dbp;
+      (void)vw, (void)vb;
+      for (uint c = lid; c < a.nch; c += WG) {
+        const uint ch = first_ch + c;
+        float sw = 0.0f, sb = 0.0f;
+        for (uint r = 0; r < rows; r++) { /* the partial rows in order: the same bits every run */
+          GN_IF_DW(sw += vw[(ulong)r * C + ch]);
+          GN_IF_DB(sb += vb[(ulong)r * C + ch]);
+        }
+        /* element offsets in the gradient's dtype (gn_ld_param's convention) */
+        GN_IF_DW(gn_st_param(gdw, gdw_off + ch, gdt,
+                             gacc ? gn_ld_param(gdw, gdw_off + ch, gdt) + sw : sw));
+        GN_IF_DB(gn_st_param(gdb, gdb_off + ch, gdt,
+                             gacc ? gn_ld_param(gdb, gdb_off + ch, gdt) + sb : sb));
+      }
+    }
+#endif
   }
 }
 #endif

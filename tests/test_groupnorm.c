@@ -374,7 +374,9 @@ static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
  * the vector and the scalar path; grids of fewer groups than units, about as many, and more
  * units per block than work-items. Each shape must take the kernel (checked by name) or, where
  * its units straddle chunks, the two kernels. run_case checks dx against the reference and
- * against the frozen run (the same bits from another program). */
+ * against the frozen run (the same bits from another program), and dweight / dbias, which the
+ * kernel writes itself (the last of a run of channels' B·P units sums their partial rows), in
+ * every gradient dtype, accumulated or not, with B = 1 to 3 and pieces of channels. */
 static void test_one_launch_backward(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -390,8 +392,9 @@ static void test_one_launch_backward(void **state) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, grids[gi]));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
       const gn_shape *sh = &shapes[i];
-      gn_case c = mk(sh->B, sh->C, sh->S, sh->G, sh->xd, (gi + i) % 2 ? NG_F32 : NG_BF16, sh->off,
-                     seed++);
+      /* every gradient dtype: the kernel writes dweight and dbias itself */
+      const ng_dtype wd[] = {NG_F32, NG_BF16, NG_F16};
+      gn_case c = mk(sh->B, sh->C, sh->S, sh->G, sh->xd, wd[(gi + 2 * i) % 3], sh->off, seed++);
       c.freeze_w = (gi + i) % 3 == 0;
       c.accumulate = (gi + i) % 4 == 1;
       run_case(&c);

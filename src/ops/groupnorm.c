@@ -321,6 +321,24 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool 
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
+/* Whether the one-launch backward writes dweight / dbias itself (GN_FUSED_GRAD), so that no
+ * ng_reduce_partials launch follows. H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights),
+ * separate -> in-kernel, whole backward: bf16 with dW and dB at N = 1024 111.7-112.5 ->
+ * 108.6-109.1 us, 4096 111.7-112.4 -> 109.0-110.2, 16384 110.9-111.7 -> 103.2, 65536
+ * 110.6-111.0 -> 99.8-100.5; dB alone 111.3-112.3 -> 107.8-111.0; f32 at 4096 225.2-225.6 ->
+ * 225.0-225.9; but f16 at 4096 107.9-108.8 -> 117.5-118.1, so f16 keeps the separate kernel. */
+static bool lag_grad_wanted(ng_dtype x_dtype) {
+  return x_dtype != NG_F16;
+}
+
+/* Options of the one-launch backward that writes dweight / dbias itself (GN_FUSED_GRAD, with
+ * either trained; their dtype is a kernel argument, as the weight's is). */
+static void lag_grad_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
+                          bool db) {
+  bwd_opts(o, l, x_dtype, dw, db);
+  ng_opts_add(o, "GN_FUSED_GRAD", 1);
+}
+
 /* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
 static size_t fwd_scratch_floats(const gn_plan *pl, const gn_one *one) {
   const size_t a = pl->split ? (size_t)pl->units * 4 : 0, b = one ? (size_t)one->units * 4 : 0;
@@ -561,16 +579,21 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   gn_bwd_layout lay = {0, 0, 0, 0, 0};
   s = bwd_layout(ctx, p, &pl, vec_ok, u, compute_dw, compute_db, &lay);
   if (s != NG_SUCCESS) return s;
+  const bool grads = compute_dw || compute_db;
+  const ng_dtype gdt = compute_dw ? dweight.dtype : dbias.dtype;
+  const bool fused_grad = one && grads && lag_grad_wanted(x.dtype);
   ng_opts o;
-  bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
+  if (fused_grad) lag_grad_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
+  else bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
-  if (s == NG_SUCCESS && (compute_dw || compute_db))
-    s = ng_reduce_program(ctx, compute_dw ? dweight.dtype : dbias.dtype, &rprog);
+  if (s == NG_SUCCESS && grads && !fused_grad) s = ng_reduce_program(ctx, gdt, &rprog);
   if (s != NG_SUCCESS) return s;
   cl_mem lsync = NULL; /* the one-launch kernel's counters; NULL: the two kernels */
   if (one) {
-    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups, &lsync);
+    /* the ticket and its pair, a pair per block, and (fused_grad) one per run of channels */
+    const size_t runs = fused_grad ? p->groups * (lq.U / lq.P) : 0;
+    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups + runs, &lsync);
     if (s != NG_SUCCESS) return s;
   }
   ng_scratch sc;
@@ -601,19 +624,21 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
       NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls)};
   const size_t global = (size_t)pl.l.groups * pl.l.wg;
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  const bool grads = compute_dw || compute_db;
   if (lsync) {
-    cl_ulong so = 0;
+    cl_ulong so = 0, gwo = dweight.offset, gbo = dbias.offset;
     cl_uint lag = U; /* the least the kernel allows, and the fastest measured */
+    cl_int gacc = acc ? 1 : 0, gdti = gdt;
     const ng_arg largs[] = {
         NG_ARG(dy.mem), NG_ARG(dyo),   NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
         NG_ARG(pdt),    NG_ARG(has_w), NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(dwp),        NG_ARG(dwo),
         NG_ARG(dbp),    NG_ARG(dbo),   NG_ARG(lsync),    NG_ARG(so), NG_ARG(units),      NG_ARG(G),
         NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls),
-        NG_ARG(lag)};
+        NG_ARG(lag),    NG_ARG(dweight.mem), NG_ARG(gwo), NG_ARG(dbias.mem), NG_ARG(gbo),
+        NG_ARG(gdti),   NG_ARG(gacc)}; /* the last six only with fused_grad */
     s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_lag", (size_t)u->l.groups * u->l.wg,
-                   u->l.wg, largs, NG_ARRAY_LEN(largs), nwait, wait, grads ? NULL : event);
+                   u->l.wg, largs, (cl_uint)NG_ARRAY_LEN(largs) - (fused_grad ? 0 : 6), nwait,
+                   wait, grads && !fused_grad ? NULL : event);
     clReleaseMemObject(lsync);
   } else {
     s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd", global, pl.l.wg, args,
@@ -622,7 +647,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
       s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_dx", global, pl.l.wg, dx_args,
                      NG_ARRAY_LEN(dx_args), 0, NULL, grads ? NULL : event);
   }
-  if (s == NG_SUCCESS && grads) { /* both gradients in one launch */
+  if (s == NG_SUCCESS && grads && !fused_grad) { /* both gradients in one launch */
     const ng_reduce_section sw = {dwo, p->channels, dweight}, sb = {dbo, p->channels, dbias};
     s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)lay.prows, &sw, &sb, acc,
                                    0, NULL, event);
@@ -668,9 +693,17 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
             /* the one-launch backward's own work-group size, where the default takes it */
             const ng_row_launch ll = lag_launch(ctx, &l);
-            if (ctx->info.nv_shfl && l.wg > 1 && ll.wg != l.wg) {
+            const bool dw = (v - 1) & 1, db = (v - 1) >> 1;
+            const bool fg = (dw || db) && lag_grad_wanted(fl[xi]);
+            if (ctx->info.nv_shfl && l.wg > 1 && ll.wg != l.wg && !fg) {
               ng_opts lo;
-              bwd_opts(&lo, &ll, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+              bwd_opts(&lo, &ll, fl[xi], dw, db);
+              s = fn(ctx, "groupnorm", &lo, user);
+              if (s != NG_SUCCESS) break;
+            }
+            if (ctx->info.nv_shfl && l.wg > 1 && fg) { /* it writes the gradients itself */
+              ng_opts lo;
+              lag_grad_opts(&lo, &ll, fl[xi], dw, db);
               s = fn(ctx, "groupnorm", &lo, user);
               if (s != NG_SUCCESS) break;
             }
