@@ -1038,6 +1038,9 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
   __local float lcw[GN_MAX_CHUNKS], lcb[GN_MAX_CHUNKS];
 #if GN_FUSED_GRAD
   __local uint glast;
+  /* the partial rows (B·P) and the counters of the runs of channels, after the blocks' pairs */
+  const uint prows = units / U / G * P;
+  __global volatile uint *gcnt = sync + 2 + 2 * (units / U);
 #endif
   /* Both halves run on every ticket, the absent one on an empty unit: no barrier sits under a
    * condition (PoCL 3.1 ran `lid == 0` blocks in every work-item beside such conditions). */
@@ -1089,7 +1092,7 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
 #if GN_FUSED_GRAD
         /* the fence above also covers this group's per-channel partials (stored before the
          * barriers of ng_wg_sum2): count them for the channels' B·P units */
-        gn_grad_arrive(sync + 2 + 2 * (units / U), a, t, G, U, P, (units / U / G) * P, &glast);
+        gn_grad_arrive(gcnt, a, t, G, U, P, prows, &glast);
 #endif
       }
     }
@@ -1132,14 +1135,14 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
     /* glast was set before the barrier ahead of dx, and is set again only after the next
      * ticket's barriers */
     if (sums && glast) {
-      const uint first_ch = (a.blk % G) * Cg + a.c_lo, C = G * Cg, rows = (units / U / G) * P;
+      const uint first_ch = (a.blk % G) * Cg + a.c_lo, C = G * Cg;
       __global volatile const float *vw = (__global volatile const float *)dwp;
       __global volatile const float *vb = (__global volatile const float *)dbp;
       (void)vw, (void)vb;
       for (uint c = lid; c < a.nch; c += WG) {
         const uint ch = first_ch + c;
         float sw = 0.0f, sb = 0.0f;
-        for (uint r = 0; r < rows; r++) { /* the partial rows in order: the same bits every run */
+        for (uint r = 0; r < prows; r++) { /* the partial rows in order: the same bits every run */
           GN_IF_DW(sw += vw[(ulong)r * C + ch]);
           GN_IF_DB(sb += vb[(ulong)r * C + ch]);
         }

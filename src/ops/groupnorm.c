@@ -321,22 +321,23 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool 
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
-/* Whether the one-launch backward writes dweight / dbias itself (GN_FUSED_GRAD), so that no
- * ng_reduce_partials launch follows. H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights),
+/* Whether the one-launch backward, with dw / db trained, writes them itself (GN_FUSED_GRAD), so
+ * that no ng_reduce_partials launch follows. H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights),
  * separate -> in-kernel, whole backward: bf16 with dW and dB at N = 1024 111.7-112.5 ->
  * 108.6-109.1 us, 4096 111.7-112.4 -> 109.0-110.2, 16384 110.9-111.7 -> 103.2, 65536
  * 110.6-111.0 -> 99.8-100.5; dB alone 111.3-112.3 -> 107.8-111.0; f32 at 4096 225.2-225.6 ->
  * 225.0-225.9; but f16 at 4096 107.9-108.8 -> 117.5-118.1, so f16 keeps the separate kernel. */
-static bool lag_grad_wanted(ng_dtype x_dtype) {
-  return x_dtype != NG_F16;
+static bool lag_grad_wanted(ng_dtype x_dtype, bool dw, bool db) {
+  return (dw || db) && x_dtype != NG_F16;
 }
 
-/* Options of the one-launch backward that writes dweight / dbias itself (GN_FUSED_GRAD, with
- * either trained; their dtype is a kernel argument, as the weight's is). */
-static void lag_grad_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
-                          bool db) {
+/* Options of the one-launch backward launched as l: it writes dweight / dbias itself
+ * (GN_FUSED_GRAD; their dtype is a kernel argument, as the weight's is) where lag_grad_wanted
+ * says so. */
+static void lag_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
+                         bool db) {
   bwd_opts(o, l, x_dtype, dw, db);
-  ng_opts_add(o, "GN_FUSED_GRAD", 1);
+  if (lag_grad_wanted(x_dtype, dw, db)) ng_opts_add(o, "GN_FUSED_GRAD", 1);
 }
 
 /* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
@@ -581,9 +582,9 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
   const bool grads = compute_dw || compute_db;
   const ng_dtype gdt = compute_dw ? dweight.dtype : dbias.dtype;
-  const bool fused_grad = one && grads && lag_grad_wanted(x.dtype);
+  const bool fused_grad = one && lag_grad_wanted(x.dtype, compute_dw, compute_db);
   ng_opts o;
-  if (fused_grad) lag_grad_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
+  if (one) lag_bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
   else bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "groupnorm", &o, &prog);
@@ -694,16 +695,11 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             /* the one-launch backward's own work-group size, where the default takes it */
             const ng_row_launch ll = lag_launch(ctx, &l);
             const bool dw = (v - 1) & 1, db = (v - 1) >> 1;
-            const bool fg = (dw || db) && lag_grad_wanted(fl[xi]);
-            if (ctx->info.nv_shfl && l.wg > 1 && ll.wg != l.wg && !fg) {
+            /* its options differ from o's by the size, or by writing the gradients itself */
+            if (ctx->info.nv_shfl && l.wg > 1 &&
+                (ll.wg != l.wg || lag_grad_wanted(fl[xi], dw, db))) {
               ng_opts lo;
-              bwd_opts(&lo, &ll, fl[xi], dw, db);
-              s = fn(ctx, "groupnorm", &lo, user);
-              if (s != NG_SUCCESS) break;
-            }
-            if (ctx->info.nv_shfl && l.wg > 1 && fg) { /* it writes the gradients itself */
-              ng_opts lo;
-              lag_grad_opts(&lo, &ll, fl[xi], dw, db);
+              lag_bwd_opts(&lo, &ll, fl[xi], dw, db);
               s = fn(ctx, "groupnorm", &lo, user);
               if (s != NG_SUCCESS) break;
             }
