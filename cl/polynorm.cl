@@ -105,6 +105,15 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
 #define PN_SUMS(val) PN_SUMS1(val)
 #endif
 
+/* The forward kernels' first lines: the buffers at their offsets, the weights and the bias. */
+#define PN_FWD_SETUP()                                                                               \
+  x += x_off;                                                                                        \
+  y += y_off;                                                                                        \
+  rstd += rstd_off;                                                                                  \
+  const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);                  \
+  const float w2 = pn_ld_param(w, w_off + 2, pdt);                                                   \
+  const float bb = has_b ? pn_ld_param(b, b_off, pdt) : 0.0f
+
 /* rstd[r·3 …] = (rstd3, rstd2, rstd1); y = w0·x³·rstd3 + w1·x²·rstd2 + w2·x·rstd1 + b. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
@@ -113,12 +122,7 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
   __local float4 red4[WG];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
-  x += x_off;
-  y += y_off;
-  rstd += rstd_off;
-  const float w0 = pn_ld_param(w, w_off, pdt), w1 = pn_ld_param(w, w_off + 1, pdt);
-  const float w2 = pn_ld_param(w, w_off + 2, pdt);
-  const float bb = has_b ? pn_ld_param(b, b_off, pdt) : 0.0f;
+  PN_FWD_SETUP();
 #if WG == 1
   /* CPU shape (ng_common.clh): the group's block of rows, software-pipelined as in
    * rmsnorm.cl: the loop that writes row r (from cache) also reads row r+1 from memory and forms
@@ -202,6 +206,67 @@ ng_polynorm_fwd(__global const XT *x, ulong x_off, __global const uchar *w, ulon
   }
 #endif
 }
+
+/* ---- forward of bf16 rows too long for a group's registers, split across groups (GPU) ------
+ * ng_polynorm_fwd holds rows of up to PN_REG vectors a work-item and streams longer ones twice
+ * (the second time from L2). Here S work-groups share each row, a slice of WG·REG vectors each,
+ * held in registers as storage bits, and exchange their shares of the three sums (ng_common.clh,
+ * "rows split across work-groups"), added in slice order, so x is read once and every slice
+ * gets the same rstds. Built with REG, which the host adds for this launch only. */
+#ifdef REG
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                     __global const uchar *b, ulong b_off, int pdt, int has_b, __global XT *y,
+                     ulong y_off, __global float *rstd, ulong rstd_off, uint rows, uint n,
+                     float eps, __global volatile uint *sync, ulong sync_off, uint S) {
+#if WG > 1
+  __local float4 red4[WG];
+  __local uint tk;
+  __local float4 total;
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  PN_FWD_SETUP();
+  sync += sync_off;
+  const uint t = ng_coop_ticket(sync, &tk);
+  const uint sets = get_num_groups(0) / S, k = t / S, sl = t % S;
+  const uint c0 = sl * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  uint it = 0;
+  for (uint r = k; r < rows; r += sets, it++) {
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *yr = y + (ulong)r * n;
+    NG_RAWV(DTYPE) xs[REG];
+    NG_SLICE_LOAD1(xs, xr, c0, nv);
+    NG_SLICE_PREFETCH1(x, r, sets, rows, n, c0, nv);
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < REG; q++)
+      if (c0 + (uint)q * WG < nv) PN_SUMS1(NG_WIDENV(DTYPE, xs[q]));
+    const float4 mine = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
+    const float4 s_ = ng_coop_sum(mine, 3, it, k, sl, S, sync, sets, &total);
+    const float r1 = rsqrt(s_.x / (float)n + eps), r2 = rsqrt(s_.y / (float)n + eps);
+    const float r3 = rsqrt(s_.z / (float)n + eps);
+    if (sl == 0 && lid == 0) {
+      rstd[(ulong)r * 3] = r3;
+      rstd[(ulong)r * 3 + 1] = r2;
+      rstd[(ulong)r * 3 + 2] = r1;
+    }
+    const float k3 = w0 * r3, k2 = w1 * r2, k1 = w2 * r1;
+    NG_UNROLL_STORES
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      const floatV v = NG_WIDENV(DTYPE, xs[q]);
+      if (i < nv) STX(yr, i, PN_Y(v));
+    }
+  }
+  (void)ng_coop_leave(sync, sets, &tk);
+#else
+  /* the CPU shape never takes this kernel */
+  (void)x, (void)x_off, (void)w, (void)w_off, (void)b, (void)b_off, (void)pdt, (void)has_b;
+  (void)y, (void)y_off, (void)rstd, (void)rstd_off, (void)rows, (void)n, (void)eps;
+  (void)sync, (void)sync_off, (void)S;
+#endif
+}
+#endif
 
 #else
 /* Row r's rstd, its dW terms and the dx coefficients, from the row sums s1, s2, s3. */

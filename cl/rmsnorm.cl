@@ -283,6 +283,78 @@ RMS_FWD(__global const XT *x, ulong x_off,
 #endif
 }
 
+/* ---- forward of bf16 rows too long for a group's registers, split across groups (GPU) ------
+ * The kernel above holds rows of up to WG·REG vectors (16384 bf16 elements in its 1024 × 2) and
+ * streams longer ones twice, the second time from L2. Here S work-groups of 256 share each row,
+ * a slice of WG·REG vectors each, held in registers as storage bits, and exchange their shares
+ * of Σ x² (ng_common.clh, "rows split across work-groups"), so x is read once; every slice adds
+ * the S shares in slice order and gets the same rstd. RMSNorm only: the fused add's stores of s
+ * made it slower split than streamed (src/ops/rmsnorm.c). */
+#if !FUSED_ADD
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulong w_off,
+                    __global XT *y, ulong y_off, __global float *rstd, ulong rstd_off, uint rows,
+                    uint n, float eps, float offset, int mode, __global volatile uint *sync,
+                    ulong sync_off, uint S) {
+#if WG > 1
+  __local float red[WG];
+  __local uint tk;
+  __local float4 total;
+  const uint lid = get_local_id(0);
+  const uint nv = n / VEC;
+  x += x_off;
+  y += y_off;
+  w += w_off;
+  rstd += rstd_off;
+  sync += sync_off;
+  const uint t = ng_coop_ticket(sync, &tk);
+  const uint sets = get_num_groups(0) / S, k = t / S, sl = t % S;
+  const uint c0 = sl * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  /* w' of the slice, read once for all the rows of the set. Read per row instead, the kernel
+   * took 40 registers instead of 103 but 64.5 us instead of 57.4 at 32768 (H100, bf16), and
+   * grids of 3-6 groups per compute unit did not win it back. */
+  floatV wc[REG];
+#pragma unroll
+  for (int q = 0; q < REG; q++) {
+    const uint i = c0 + (uint)q * WG;
+    wc[q] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+  }
+  uint it = 0;
+  for (uint r = k; r < rows; r += sets, it++) {
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *yr = y + (ulong)r * n;
+    RAWX xs[REG];
+    NG_SLICE_LOAD1(xs, xr, c0, nv);
+    /* the set's next row, asked of L2 while this row's exchange runs (without it: 57.5 -> 73.3
+     * us at 32768) */
+    NG_SLICE_PREFETCH1(x, r, sets, rows, n, c0, nv);
+    floatV acc = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < REG; q++) {
+      const floatV v = WIDX(xs[q]);
+      acc = fma(v, v, acc);
+    }
+    const float mine = ng_wg_sum(ng_hsum(acc), red);
+    const float ss =
+        ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 1, it, k, sl, S, sync, sets, &total).x;
+    float rs = rsqrt(ss / (float)n + eps);
+    if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
+    if (sl == 0 && lid == 0) rstd[r] = rs;
+    NG_UNROLL_STORES
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      if (i < nv) STX(yr, i, rms_out(WIDX(xs[q]), rs, wc[q], mode));
+    }
+  }
+  (void)ng_coop_leave(sync, sets, &tk);
+#else
+  /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
+  (void)x, (void)x_off, (void)w, (void)w_off, (void)y, (void)y_off, (void)rstd, (void)rstd_off;
+  (void)rows, (void)n, (void)eps, (void)offset, (void)mode, (void)sync, (void)sync_off, (void)S;
+#endif
+}
+#endif
+
 /* dx = rstd·m − (rstd³/n)·(Σ m·x)·x (+ ds_out) with m = dy·w'; dW partial of this group
  * += dy·xhat. With FUSED_ADD's s in place of x this is also the fused op's backward.
  * dW partials: in registers (REG slots of VEC columns per work-item) when the row fits, else in

@@ -193,7 +193,8 @@ typedef enum ng_tune {
                               (AUTO: f32 x on NVIDIA), for its split forward of 16-bit x and
                               split backward the one-launch kernels (AUTO: on NVIDIA); for the
                               backward of long bf16 rows
-                              (RMSNorm, fused add, LayerNorm, PolyNorm; docs/tuning.md), 1 / 2 =
+                              (RMSNorm, fused add, LayerNorm, PolyNorm; docs/tuning.md) and
+                              RMSNorm's and PolyNorm's forward of them, 1 / 2 =
                               rows split across work-groups off / on (AUTO: on NVIDIA);
                               GPU-shaped launches only, not in the tuned table */
 } ng_tune;

@@ -249,11 +249,11 @@ static void test_fused_reduce(void **state) {
   }
 }
 
-/* bf16 rows split across work-groups that exchange their shares of the row sums, the last group
- * writing dW and dB (NG_TUNE_FUSED_REDUCE = 2 forces it, the default on NVIDIA): one slice
- * (every device) and up to 16 (a GPU; a CPU device streams those rows), one set, a few, more
- * than rows; each gradient alone, both, neither; accumulate; an offset; f16 and f32 rows, which
- * stream, beside them. */
+/* bf16 rows split across work-groups that exchange their shares of the row sums, forward and
+ * backward, the backward's last group writing dW and dB (NG_TUNE_FUSED_REDUCE = 2 forces it, the
+ * default on NVIDIA): one slice (every device) and up to 16 (a GPU; a CPU device streams those
+ * rows), one set, a few, more than rows; each gradient alone, both, neither; accumulate; an
+ * offset; f16 and f32 rows, which stream, beside them. */
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();

@@ -248,15 +248,15 @@ static void test_fused_reduce(void **state) {
   ng_test_reset_overrides(e->ctx);
 }
 
-/* bf16 rows split across work-groups that exchange their shares of the row sum (the default
- * for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere). With 64 work-items of one vector,
- * a row of more than 64 vectors is beyond the group; a slice is 64·4 vectors: n = 8·200 is one
- * slice (the only split a CPU device takes: no group waits for another there), 8·1000 four and
- * 8·4000 sixteen (GPUs; elsewhere the column split or rows streamed twice). Sets of one group,
- * a few, more than the rows, and the device's default; every weight dtype, frozen, accumulate,
- * offsets, the casting modes (and f16 rows, which keep the other paths). Each case runs several
- * backwards on one queue, so the kernel's counters and share banks must be back at zero after
- * each. */
+/* bf16 rows split across work-groups that exchange their shares of the row sum, forward and
+ * backward (the default for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere). With 64
+ * work-items of one vector, a row of more than 64 vectors is beyond the group; a slice is 64·4
+ * vectors: n = 8·200 is one slice (the only split a CPU device takes: no group waits for another
+ * there), 8·1000 four and 8·4000 sixteen (GPUs; elsewhere the column split or rows streamed
+ * twice). Sets of one group, a few, more than the rows, and the device's default; every weight
+ * dtype, frozen, accumulate, offsets, the casting modes (and f16 rows, which keep the other
+ * paths). Each case runs several passes on one queue, so the kernels' counters and share banks
+ * must be back at zero after each. */
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();

@@ -35,6 +35,13 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
+/* The forward program: of the row launch l, or of the rows split across groups (c, when not
+ * NULL: ng_polynorm_fwd_coop, which reads REG). */
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *c, ng_dtype x_dtype) {
+  pass_opts(o, c ? &c->l : l, x_dtype, false, false, false);
+  if (c) ng_opts_add(o, "REG", c->l.reg_cols);
+}
+
 /* The backward program of rows split across groups (ng_polynorm_bwd_coop): its launch's shape,
  * REG, which only that kernel reads, and with a gradient the gradients' dtype, which it writes. */
 static void coop_opts(ng_opts *o, const ng_coop *c, ng_dtype x_dtype, bool dw, bool db,
@@ -76,6 +83,12 @@ static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw)
  * (H100, N = 16384, 2048 rows: 99.4-100.0 -> 97.1 us with dW, 97.4-98.0 -> 96.3 weight frozen) */
 #define PN_COOP_HOLD 512
 
+/* The forward splits bf16 rows beyond 1024 vectors across groups (ng_polynorm_fwd_coop), though
+ * its 1024-wide groups hold 2048 (H100, bf16, rows·N = 2^25, three or four runs: 16384 62.1-62.5
+ * -> 58.4-58.8 us; 32768 73.8-74.8 -> 60.3-61.4 and 65536 66.1-66.8 -> 63.3-64.3, rows the
+ * launch streams) */
+#define PN_FWD_COOP_HOLD 1024
+
 /* The row launch of the forward (bwd false) or of the backward and its scratch query (the group
  * count, which sizes the partials, does not depend on alignment). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
@@ -109,22 +122,38 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok, false);
+  /* long bf16 rows split across groups, when this queue gets a counter area */
+  ng_coop cp;
+  cl_mem sync;
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, PN_FWD_COOP_HOLD, &cp, &sync);
+  if (s != NG_SUCCESS) return s;
   ng_opts o;
-  pass_opts(&o, &l, x.dtype, false, false, false);
+  fwd_opts(&o, &l, sync ? &cp : NULL, x.dtype);
   cl_program prog;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
-  if (s != NG_SUCCESS) return s;
+  if (s != NG_SUCCESS) {
+    if (sync) clReleaseMemObject(sync);
+    return s;
+  }
 
   cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset, ro = rstd.offset;
   cl_int pdt = weight.dtype, has_b = bias.mem != NULL;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float eps = p->eps;
-  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo), NG_ARG(weight.mem), NG_ARG(wo),
-                         NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(pdt),        NG_ARG(has_b),
-                         NG_ARG(y.mem),    NG_ARG(yo), NG_ARG(rstd.mem),   NG_ARG(ro),
-                         NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
-  return ng_enqueue(ctx, queue, prog, "ng_polynorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
-                    NG_ARRAY_LEN(args), nwait, wait, event);
+  cl_ulong sync_off = 0;
+  cl_uint slices = cp.slices;
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo),       NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo),       NG_ARG(pdt),        NG_ARG(has_b),
+                         NG_ARG(y.mem),    NG_ARG(yo),       NG_ARG(rstd.mem),   NG_ARG(ro),
+                         NG_ARG(rows),     NG_ARG(n),        NG_ARG(eps),        NG_ARG(sync),
+                         NG_ARG(sync_off), NG_ARG(slices)};
+  if (!sync)
+    return ng_enqueue(ctx, queue, prog, "ng_polynorm_fwd", (size_t)l.groups * l.wg, l.wg, args,
+                      NG_ARRAY_LEN(args) - 3, nwait, wait, event);
+  s = ng_enqueue(ctx, queue, prog, "ng_polynorm_fwd_coop", (size_t)cp.l.groups * cp.l.wg, cp.l.wg,
+                 args, NG_ARRAY_LEN(args), nwait, wait, event);
+  clReleaseMemObject(sync);
+  return s;
 }
 
 ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_params *p,
@@ -267,14 +296,22 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
   ng_status s = NG_SUCCESS;
   for (int aligned = 1; aligned >= 0; aligned--)
     for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
-      const ng_row_launch lf = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
+      ng_row_launch lf = ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, false);
+      lf.reg_cols = PN_HELD; /* as launch() */
       ng_row_launch lb =
           ng_choose_row_launch_k(ctx, NULL, (size_t)1 << 20, n, aligned != 0, NG_ROWS_POLY_BWD);
       lb.reg_cols = PN_HELD;
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++)
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
           ng_opts o;
-          pass_opts(&o, v > 0 ? &lb : &lf, fl[xi], v > 0, (v - 1) & 1, (v - 1) >> 1);
+          ng_coop cf; /* the forward's rows split across groups */
+          if (v == 0)
+            fwd_opts(&o, &lf,
+                     ng_coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, PN_FWD_COOP_HOLD, &cf)
+                         ? &cf
+                         : NULL,
+                     fl[xi]);
+          else pass_opts(&o, &lb, fl[xi], true, (v - 1) & 1, (v - 1) >> 1);
           ng_coop cp; /* rows split across groups: instead of lb, never with FUSED_RED */
           if (v > 0 && ng_coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, PN_COOP_HOLD, &cp)) {
             for (size_t wi = 0; wi < (v > 1 ? NG_ARRAY_LEN(fl) : 1) && s == NG_SUCCESS; wi++) {

@@ -61,6 +61,13 @@ static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
   return s;
 }
 
+/* Whether a forward may split long rows across groups (ng_rmsnorm_fwd_coop): RMSNorm's, where
+ * it measured faster than streaming them (H100, bf16, rows·N = 2^25, four runs: 32768 58.8-59.7
+ * -> 56.6-57.5 us, 65536 60.6-62.1 -> 59.4-60.2; at 16384, which the launch holds, 52.9-53.9 ->
+ * 56.2-57.1), not the fused add's, where it measured slower (32768 106.1-107.0 -> 116.0-116.5,
+ * 65536 111.8-112.9 -> 115.1-116.5; neither narrower slices nor larger grids won it back). */
+static bool fwd_coop(bool fused) { return !fused; }
+
 /* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
 static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
                              bool fused, ng_tensor x, ng_tensor residual, ng_tensor weight,
@@ -83,18 +90,28 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
   const ng_row_launch l =
       ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", p->rows, p->n,
                              vec_ok, false);
+  /* RMSNorm's bf16 rows beyond the launch's registers split across groups, when this queue gets
+   * a counter area (fwd_coop says why not the fused add's) */
+  ng_coop cp;
+  cl_mem sync = NULL;
+  if (fwd_coop(fused)) s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, &cp, &sync);
+  if (s != NG_SUCCESS) return s;
+  const bool coop = sync != NULL;
   ng_opts o;
-  fwd_opts(&o, &l, x.dtype, weight.mem != NULL, weight.dtype, fused);
+  fwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem != NULL, weight.dtype, fused);
   cl_program prog;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
-  if (s != NG_SUCCESS) return s;
+  if (s != NG_SUCCESS) {
+    if (sync) clReleaseMemObject(sync);
+    return s;
+  }
 
   cl_ulong xo = x.offset, reso = residual.offset, so = sum.offset, wo = weight.offset,
            yo = y.offset, ro = rstd.offset;
   cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
   float eps = p->eps, off = p->offset;
   cl_int mode = p->casting_mode;
-  ng_arg args[17];
+  ng_arg args[20];
   cl_uint na = 0;
   args[na++] = NG_ARG(x.mem);
   args[na++] = NG_ARG(xo);
@@ -108,8 +125,18 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                          NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(rows),  NG_ARG(n),
                          NG_ARG(eps),        NG_ARG(off), NG_ARG(mode)};
   for (size_t i = 0; i < NG_ARRAY_LEN(rest); i++) args[na++] = rest[i];
-  return ng_enqueue(ctx, queue, prog, fused ? "ng_fused_add_rmsnorm_fwd" : "ng_rmsnorm_fwd",
-                    (size_t)l.groups * l.wg, l.wg, args, na, nwait, wait, event);
+  if (!coop)
+    return ng_enqueue(ctx, queue, prog, fused ? "ng_fused_add_rmsnorm_fwd" : "ng_rmsnorm_fwd",
+                      (size_t)l.groups * l.wg, l.wg, args, na, nwait, wait, event);
+  cl_ulong sync_off = 0;
+  cl_uint slices = cp.slices;
+  args[na++] = NG_ARG(sync);
+  args[na++] = NG_ARG(sync_off);
+  args[na++] = NG_ARG(slices);
+  s = ng_enqueue(ctx, queue, prog, "ng_rmsnorm_fwd_coop", (size_t)cp.l.groups * cp.l.wg, cp.l.wg,
+                 args, na, nwait, wait, event);
+  clReleaseMemObject(sync);
+  return s;
 }
 
 ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
@@ -362,13 +389,14 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
               ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
-              const bool coop = pass > 0 && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
-                                                         coop_hold(fused, ds != 0), &cp);
+              const bool coop = (pass > 0 || fwd_coop(fused)) &&
+                                ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
+                                             coop_hold(fused, ds != 0), &cp);
               const bool fused_red = pass == 2 && !coop && fuse_ok(ctx, ds != 0) &&
                                      ng_fused_wanted(ctx, &l, n, 1) &&
                                      !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
               ng_opts o;
-              if (pass == 0) fwd_opts(&o, &l, fl[xi], has_w, wd, fused);
+              if (pass == 0) fwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, fused);
               else bwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, pass == 2, ds != 0,
                             fused_red);
               if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
