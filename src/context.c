@@ -534,12 +534,12 @@ size_t ng_max_waiting_groups(const ng_context *ctx) {
 
 /* Sequential rounds of eight loads a reducer's thread makes when the partial rows are summed in
  * blocks of cw columns (cl/ng_common.clh: four columns a thread, 4·wg / cw slices of rows), with
- * the blocks shared among at most cmax reducers. */
+ * the blocks shared among at most cmax reducers (*reducers: how many). */
 static size_t fused_rounds(size_t groups, size_t wg, size_t ncols, size_t sections, size_t cmax,
-                           size_t cw, size_t *blocks) {
-  *blocks = sections * ((ncols + cw - 1) / cw);
-  const size_t reducers = *blocks < cmax ? *blocks : cmax;
-  const size_t per = (*blocks + reducers - 1) / reducers;
+                           size_t cw, size_t *reducers) {
+  const size_t blocks = sections * ((ncols + cw - 1) / cw);
+  *reducers = blocks < cmax ? blocks : cmax;
+  const size_t per = (blocks + *reducers - 1) / *reducers;
   const size_t slices = 4 * wg / cw, chain = (groups + slices - 1) / slices;
   return per * ((chain + 7) / 8);
 }
@@ -552,15 +552,15 @@ static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t 
                           size_t sections, size_t *cw_out, size_t *reducers) {
   size_t cmax = ng_max_waiting_groups(ctx);
   if (cmax > l->groups) cmax = l->groups;
-  size_t best = SIZE_MAX, best_cw = 4, best_blocks = 1;
+  size_t best = SIZE_MAX, best_cw = 4, best_reducers = 1;
   for (size_t cw = ncols < 8 ? 4 : 8; cw <= 4 * (size_t)l->wg; cw *= 2) {
-    size_t blocks;
-    const size_t r = fused_rounds(l->groups, l->wg, ncols, sections, cmax, cw, &blocks);
-    if (r <= best) best = r, best_cw = cw, best_blocks = blocks;
+    size_t red;
+    const size_t r = fused_rounds(l->groups, l->wg, ncols, sections, cmax, cw, &red);
+    if (r <= best) best = r, best_cw = cw, best_reducers = red;
     if (cw >= ncols) break; /* one block covers the row: wider adds nothing */
   }
   *cw_out = best_cw;
-  *reducers = best_blocks < cmax ? best_blocks : cmax;
+  *reducers = best_reducers;
   return best;
 }
 
