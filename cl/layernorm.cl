@@ -371,6 +371,114 @@ ng_layernorm_fwd_stream(__global const XT *x, ulong x_off, __global const WT *w,
 #endif
 }
 
+/* ---- forward of bf16 rows beyond a group's registers, split across groups (GPU) -------------
+ * Instead of ng_layernorm_fwd_stream, where the host takes it (LN_FWD_COOP: the program of such a
+ * launch, so that no other program holds its local array): as ng_rmsnorm_fwd_coop (cl/rmsnorm.cl),
+ * S work-groups share each row, a slice of WG·REG vectors each, held in registers as storage
+ * bits, so x is read once, and the slice's weight and bias are read once for all the rows of
+ * the set, the weight into local memory and the bias into registers (both in registers took an
+ * earlier version to 158 registers, one group per H100 compute unit; both in local memory do not
+ * fit beside slices of 256 × 4). The streaming kernel reads them from L2 for every row: 8 bytes
+ * of f32 a value against the 4 the row moves to and from memory (H100, bf16, 65536: 70.0 -> 64
+ * us without those reads, a measurement). Statistics: each slice forms the exact two-pass sum
+ * and M2 of its values of x − K (K the row's first element, as the streaming kernel), and every
+ * slice merges the S pairs in slice order (ng_coop_exchange), so all get the same mean and rstd:
+ * one exchange a row. */
+#ifndef LN_FWD_COOP
+#define LN_FWD_COOP 0
+#endif
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulong w_off,
+                      __global const BT *b, ulong b_off, __global XT *y, ulong y_off,
+                      __global float *mean, ulong mean_off, __global float *rstd,
+                      ulong rstd_off, uint rows, uint n, float eps,
+                      __global volatile uint *sync, ulong sync_off, uint S) {
+#if WG > 1 && LN_FWD_COOP
+  __local float red[WG];
+  __local uint tk;
+  __local float4 total;
+  const uint lid = get_local_id(0);
+#if HAS_W
+  __local floatV wl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
+#define LN_WL(q) wl[(q) * WG + lid]
+#else
+#define LN_WL(q) ((floatV)(1.0f))
+#endif
+#if HAS_B
+  floatV bv[REG];
+#define LN_BL(q) bv[q]
+#else
+#define LN_BL(q) ((floatV)(0.0f))
+#endif
+  const uint nv = n / VEC;
+  x += x_off;
+  y += y_off;
+  w += w_off;
+  b += b_off;
+  mean += mean_off;
+  rstd += rstd_off;
+  sync += sync_off;
+  const uint t = ng_coop_ticket(sync, &tk);
+  const uint sets = get_num_groups(0) / S, k = t / S, sl = t % S;
+  const uint c0 = sl * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  const uint cover = (uint)(WG * REG * VEC);   /* values of a slice; the last one the rest */
+  const float cnt = (float)min(cover, n - sl * cover);
+#pragma unroll
+  for (int q = 0; q < REG; q++) {
+    const uint i = c0 + (uint)q * WG;
+#if HAS_W
+    LN_WL(q) = i < nv ? LN_WV(i) : (floatV)(0.0f);
+#endif
+#if HAS_B
+    LN_BL(q) = i < nv ? LN_BV(i) : (floatV)(0.0f);
+#endif
+  }
+  uint it = 0;
+  for (uint r = k; r < rows; r += sets, it++) {
+    __global const XT *xr = x + (ulong)r * n;
+    __global XT *yr = y + (ulong)r * n;
+    const float kx = NG_LD1(DTYPE, xr, 0);
+    NG_RAWV(DTYPE) xs[REG];
+    NG_SLICE_LOAD1(xs, xr, c0, nv);
+    NG_SLICE_PREFETCH1(x, r, sets, rows, n, c0, nv);
+    floatV acc = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < REG; q++)
+      if (c0 + (uint)q * WG < nv) acc += NG_WIDENV(DTYPE, xs[q]) - kx;
+    const float su = ng_wg_sum(ng_hsum(acc), red), ms = su / cnt;
+    acc = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < REG; q++)
+      if (c0 + (uint)q * WG < nv) {
+        const floatV d = (NG_WIDENV(DTYPE, xs[q]) - kx) - ms;
+        acc = fma(d, d, acc);
+      }
+    const float m2 = ng_wg_sum(ng_hsum(acc), red);
+    const float2 st =
+        ng_coop_exchange((float4)(su, m2, 0.0f, 0.0f), 2, cover, n, it, k, sl, S, sync, sets,
+                         &total).xy;
+    const float mu = kx + st.x, rs = rsqrt(st.y / (float)n + eps);
+    if (sl == 0 && lid == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+    NG_UNROLL_STORES
+    for (int q = 0; q < REG; q++) {
+      const uint i = c0 + (uint)q * WG;
+      if (i < nv) STX(yr, i, ln_out_reg(NG_WIDENV(DTYPE, xs[q]), mu, rs, LN_WL(q), LN_BL(q)));
+    }
+  }
+  (void)ng_coop_leave(sync, sets, &tk);
+#undef LN_WL
+#undef LN_BL
+#else
+  /* not a split launch's program (the CPU shape never takes one) */
+  (void)x, (void)x_off, (void)w, (void)w_off, (void)b, (void)b_off, (void)y, (void)y_off;
+  (void)mean, (void)mean_off, (void)rstd, (void)rstd_off, (void)rows, (void)n, (void)eps;
+  (void)sync, (void)sync_off, (void)S;
+#endif
+}
+
 /* g = w·dy (dy without a weight) */
 #if HAS_W
 #define GRAD(d, i) ((d) * LDW(w, i))
@@ -789,9 +897,18 @@ ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x,
  * split across work-groups"), so dy and x are read once. Every frozen variant takes it alike, so
  * dx has the same bits. The dW / dB sums of a group stay in registers for all the rows of its
  * set: `part` holds `sets` rows of dW partials (when COMPUTE_DW), then `sets` rows of dB. */
-/* With both gradients the dB sums live in local memory (the group's own 32 KB at 256 × 4): in
- * registers beside the dW sums and the row they left one group per compute unit, and the kernel
- * at 65536 took 197 us against 160 us for the column split (H100, bf16). */
+/* With both gradients the dB sums live in local memory (the group's own 16 KB at 256 × 2, 32 KB
+ * at 256 × 4): in registers beside the dW sums and the row they left one group per compute unit,
+ * and the kernel at 65536 took 197 us against 160 us for the column split (H100, bf16). */
+/* LN_WLOCAL (set by the host where it fits beside the dB sums): the slice's weight in local
+ * memory, read once for all the rows of the set instead of twice a row from L2 (the sums and
+ * dx each take g = w·dy): in f32 that is 8 bytes a value against the 6 the row moves to and
+ * from memory (H100, bf16, 65536: this kernel without those reads, a measurement, 98.8 -> 89.2
+ * us with the weight frozen). The same values, so the same bits. The row-held kernel above
+ * gained nothing from it at 4096 and 8192 (bf16 frozen 79.4-80.3 -> 80.7-82.7 us at 4096). */
+#ifndef LN_WLOCAL
+#define LN_WLOCAL 0
+#endif
 #define LN_DB_LOCAL (COMPUTE_DW && COMPUTE_DB)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
@@ -832,6 +949,17 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #pragma unroll
   for (int q = 0; q < REG; q++) LN_DBR(q) = (floatV)(0.0f);
 #endif
+#if LN_WLOCAL && HAS_W
+  __local floatV wl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
+#pragma unroll
+  for (int q = 0; q < REG; q++) {
+    const uint i = c0 + (uint)q * WG;
+    wl[q * WG + lid] = i < nv ? LDW(w, i) : (floatV)(0.0f);
+  }
+#define LN_G(d, q, i) ((d) * wl[(q) * WG + lid])
+#else
+#define LN_G(d, q, i) GRAD(d, i)
+#endif
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
     __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
@@ -845,7 +973,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;
       if (i < nv) {
-        const floatV g = GRAD(NG_WIDENV(DTYPE, dys[q]), i);
+        const floatV g = LN_G(NG_WIDENV(DTYPE, dys[q]), q, i);
         a1 = ACC_FMA((NG_WIDENV(DTYPE, xs[q]) - mu) * rs, g, a1);
         a2 = ACC_ADD(a2, g);
       }
@@ -859,7 +987,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
       const uint i = c0 + (uint)q * WG;
       if (i < nv) {
         const floatV d = NG_WIDENV(DTYPE, dys[q]), xh = (NG_WIDENV(DTYPE, xs[q]) - mu) * rs;
-        STX(dxr, i, DX(d, xh, i));
+        STX(dxr, i, DX_OF(LN_G(d, q, i), xh)); /* DX's expression */
 #if COMPUTE_DW
         dwr[q] = fma(d, xh, dwr[q]);
 #endif
@@ -895,3 +1023,4 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
   (void)n, (void)sync, (void)sync_off, (void)S;
 #endif
 }
+#undef LN_G

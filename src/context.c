@@ -469,6 +469,12 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
 
 bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
                   size_t n, size_t hold, ng_coop *c) {
+  return ng_coop_plan_shape(ctx, l, x_dtype, rows, n, hold, NG_COOP_REG, 1, 2, c);
+}
+
+bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
+                        size_t rows, size_t n, size_t hold, unsigned reg, unsigned lslots,
+                        unsigned per_cu, ng_coop *c) {
   const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2 : ctx->info.nv_shfl;
   /* bf16 only: the f16 kernel took 196.6 us at 65536 against 106.6 for bf16 (its conversions,
    * vload_half8 / vstore_half8_rte, go through private memory: the likely cause, not isolated) */
@@ -481,18 +487,19 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
   if (!ctx->tune[NG_TUNE_WORKGROUP]) cl.wg = NG_COOP_WG;
   if (cl.wg > ng_max_pow2_wg(ctx)) cl.wg = (unsigned)ng_max_pow2_wg(ctx);
   if (cl.wg < 4) return false; /* PolyNorm's kernel sums its four gradient columns in one pass */
-  cl.reg_cols = NG_COOP_REG;
+  cl.reg_cols = reg;
   cl.nv_shfl = ctx->info.nv_shfl && cl.wg % 32 == 0;
   const size_t cover = (size_t)cl.wg * cl.reg_cols, slices = (nv + cover - 1) / cover;
   size_t wait = ng_max_waiting_groups(ctx);
   if (wait > NG_COOP_MAX_SLICES) wait = NG_COOP_MAX_SLICES;
   if (slices > wait) return false;
-  /* RMSNorm's dW sums, and one of the two kinds of sums where a kernel has two, live in local
-   * memory (a float vector per slot of the group) beside the reduction buffer */
-  if ((size_t)cl.wg * cl.reg_cols * 8 * 4 + (size_t)cl.wg * 8 + 64 > ctx->info.local_mem)
+  /* lslots float vectors per slot of the group live in local memory beside the reduction
+   * buffer: RMSNorm's dW sums, one of the two kinds of sums where a kernel has two, LayerNorm's
+   * weight */
+  if ((size_t)cl.wg * cl.reg_cols * 8 * 4 * lslots + (size_t)cl.wg * 8 + 64 > ctx->info.local_mem)
     return false;
   size_t g = ctx->tune[NG_TUNE_GROUPS] ? ctx->tune[NG_TUNE_GROUPS]
-                                        : (size_t)ctx->info.compute_units * 2;
+                                        : (size_t)ctx->info.compute_units * per_cu;
   size_t sets = g / slices;
   if (sets > rows) sets = rows;
   if (sets > ((size_t)1 << 16)) sets = (size_t)1 << 16;
@@ -509,6 +516,11 @@ ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch
                         cl_mem *sync) {
   *sync = NULL;
   if (!ng_coop_plan(ctx, l, x_dtype, rows, n, hold, c)) return NG_SUCCESS;
+  return ng_coop_sync(ctx, q, c, sync);
+}
+
+ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync) {
+  *sync = NULL;
   /* tickets, done count, a counter per set, from an even index two banks of shares (up to four
    * 64-bit slots) per group: NG_COOP_AREA in cl/ng_common.clh */
   return ng_sync_area(ctx, q, 2 + c->sets + 1 + 16 * (size_t)c->l.groups, sync);

@@ -277,6 +277,14 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
                         ng_dtype x_dtype, size_t rows, size_t n, size_t hold, ng_coop *c,
                         cl_mem *sync);
+/* ng_coop_plan for a kernel of `reg` vectors a work-item in a slice (ng_coop_plan's:
+ * NG_COOP_REG) that keeps `lslots` float vectors per such vector in local memory (1) and runs
+ * `per_cu` groups per compute unit (2) */
+bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
+                        size_t rows, size_t n, size_t hold, unsigned reg, unsigned lslots,
+                        unsigned per_cu, ng_coop *c);
+/* The counter area of queue q for plan c's kernel (ng_coop_begin's second half). */
+ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync);
 /* Bytes of the split kernel's partials: per section (dW, dB) one row of n floats per set. */
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes);
 /* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */

@@ -347,10 +347,13 @@ static void test_fused_reduce(void **state) {
 
 /* bf16 rows split across work-groups that exchange their shares of the row sums (the default
  * for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere); as test_split_rows in
- * test_rmsnorm.c: 64 work-items of one vector, slices of 64·4 vectors, so n = 8·200 is one slice
- * (CPU devices take only that), 8·1000 four and 8·4000 sixteen (GPUs; elsewhere the column split
- * or rows streamed twice). Sets of one group, a few, more than the rows and the default; each
- * parameter configuration, accumulate, offsets, an f16 case (which keeps the other paths). */
+ * test_rmsnorm.c: 64 work-items of one vector; the backward's slices of 64·2 vectors where at
+ * most 16 cover the row (src/ops/layernorm.c), else of 64·4. n = 8·100 is one slice of 64·2
+ * and 8·200 two, or one of 64·4 where only one is allowed (CPU devices); 8·1000 eight of 64·2
+ * and 8·4000 sixteen of 64·4 (GPUs; elsewhere the column split or rows streamed twice). The
+ * forward's slices are of 64·4 vectors: one at 8·100 and 8·200, four at 8·1000 and sixteen at
+ * 8·4000. Sets of one group, a few, more than the rows and the default; each parameter
+ * configuration, accumulate, offsets, an f16 case (which keeps the other paths). */
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -367,6 +370,21 @@ static void test_split_rows(void **state) {
                             (ng_dtype)((g + i) % 3), &PARAMS[configs[k]], i == 1 ? 8 : 0, seed++);
       run_case(&c);
     }
+  }
+  /* the backward's slices of 64·2 vectors (the weight in local memory) and the forward's of 64·4
+   * (the weight and bias read once): one slice, which every device takes, each parameter
+   * configuration; then means 33 times the spread, whose statistics the forward's slices merge
+   * (one slice; eight and four on GPUs) */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  for (size_t k = 0; k < NG_ARRAY_LEN(configs) + 2; k++) {
+    const bool wide = k == NG_ARRAY_LEN(configs) + 1;
+    ln_case c = make_case(wide ? 2 : 9, wide ? 8 * 1000 : 8 * 100, NG_BF16, (ng_dtype)(k % 3),
+                          &PARAMS[configs[k % NG_ARRAY_LEN(configs)]], k % 2 ? 8 : 0, seed++);
+    if (k >= NG_ARRAY_LEN(configs)) {
+      c.x_mean = 100.0;
+      c.x_std = 3.0;
+    }
+    run_case(&c);
   }
   ng_test_reset_overrides(e->ctx);
 }

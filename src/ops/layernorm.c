@@ -22,7 +22,8 @@ static ng_status check_affine(ng_context *ctx, ng_tensor w, ng_tensor b, size_t 
 /* Build options of the forward and backward programs; the launch paths and
  * ng_layernorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use.
  * A dtype of -1 is an absent parameter. */
-static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, int bd) {
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, int bd,
+                     bool coop) {
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, wd >= 0, wd >= 0 ? (ng_dtype)wd : NG_F32);
   ng_opts_add(o, "HAS_B", bd >= 0);
@@ -33,12 +34,46 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, in
    * lost resident groups to the 2·REG·8 extra registers (H100, bf16: 16384 0.71 -> 0.82 of copy;
    * 4096 0.86 -> 0.78 and 8192 0.84 -> 0.73 had they been used there; f32 0.74 -> 0.71) */
   ng_opts_add(o, "WREG", l->wg >= 1024 && l->reg_cols <= 2 && xd != NG_F32);
+  if (coop) ng_opts_add(o, "LN_FWD_COOP", 1); /* l is a split launch (ln_fwd_coop_plan) */
+}
+
+/* The forward of bf16 rows beyond the launch's registers, split across groups
+ * (ng_layernorm_fwd_coop) instead of streamed twice: slices of 256 × 4 vectors, the weight in
+ * local memory, three groups per compute unit. H100, bf16, rows·N = 2^25, four runs: 65536
+ * 68.6-72.1 -> 64.0-65.0 us (0.64-0.67 -> 0.71-0.72), 131072 80.5-80.7 -> 69.0-69.1 (0.57 ->
+ * 0.67); two groups per compute unit 67.4-68.2 at 65536. Where the launch holds the row it
+ * stays: at 32768 the split took 61.9-62.5 against 63.0-63.5, at 16384 60.1-61.7 against
+ * 54.4-54.7. */
+static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd,
+                             size_t rows, size_t n, ng_coop *c) {
+  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, 4, 1, 3, c);
+}
+
+/* The backward's rows split across groups (ng_layernorm_bwd_coop): slices of 256 × 2 vectors,
+ * three groups per compute unit, with the slice's weight (and, with both gradients, the dB
+ * sums) in local memory; where more than NG_COOP_MAX_SLICES such slices would cover a row (16:
+ * bf16 rows beyond 65536 values), ng_coop_plan's 256 × 4. H100, bf16, rows·N = 2^25, whole backward,
+ * 256 × 4 with the weight from L2 -> 256 × 2 with it in local memory, two runs: dW and dB at
+ * 32768 108.3-110.0 -> 99.3-99.7 us, at 65536 112.5-114.9 -> 105.0-107.7; weight frozen (dB
+ * alone) 102.7-104.0 -> 91.7-92.0 and 105.6 -> 96.8-97.9. The same slices with 264 groups:
+ * 105.4-105.8, 115.8-116.5, 99.0-99.1, 106.7-108.0; with 528: 102.2-103.3, 105.5-105.8,
+ * 94.5-95.0, 95.5-95.9. 256 × 4 with the weight in local memory where it fits beside the
+ * sums (dB alone): 96.3-96.7 and 96.4-97.0. */
+static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
+                         size_t n, ng_coop *c) {
+  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, 2, 2, 3, c) ||
+         ng_coop_plan(ctx, l, xd, rows, n, 0, c);
 }
 
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
- * (it only says whether dB may be asked for). */
-static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, bool dw, bool db,
-                     bool fused, ng_dtype gd) {
+ * (it only says whether dB may be asked for). cp: the plan of rows split across groups, or NULL
+ * for launch l. The split kernel keeps its slice of the weight in local memory where it fits
+ * there (LN_WLOCAL, cl/layernorm.cl) beside its dB sums with both gradients (LN_DB_LOCAL) and
+ * the reduction buffer: every plan of ln_coop_plan's first kind. */
+static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
+                     const ng_coop *cp, ng_dtype xd, int wd, bool dw, bool db, bool fused,
+                     ng_dtype gd) {
+  if (cp) l = &cp->l;
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, wd >= 0, wd >= 0 ? (ng_dtype)wd : NG_F32);
   ng_opts_add(o, "COMPUTE_DW", dw);
@@ -46,6 +81,9 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, bo
   if (fused) ng_opts_add(o, "FUSED_RED", 1);
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
+  const size_t slots = (size_t)l->wg * l->reg_cols * (dw && db ? 2 : 1);
+  if (cp && wd >= 0 && slots * l->vec * 4 + (size_t)l->wg * 8 + 64 <= ctx->info.local_mem)
+    ng_opts_add(o, "LN_WLOCAL", 1);
 }
 
 /* mean[rows] and rstd[rows], f32. */
@@ -76,11 +114,22 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                       ng_vec_aligned(ctx, weight, p->n, 8) && ng_vec_aligned(ctx, bias, p->n, 8);
   const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.fwd", p->rows, p->n, vec_ok,
                                                   ng_fwd_raw_mode(x.dtype));
+  /* rows split across groups where the queue gets a counter area */
+  ng_coop cp;
+  cl_mem sync = NULL;
+  if (ln_fwd_coop_plan(ctx, &l, x.dtype, p->rows, p->n, &cp))
+    s = ng_coop_sync(ctx, queue, &cp, &sync);
+  if (s != NG_SUCCESS) return s;
+  const bool coop = sync != NULL;
   ng_opts o;
-  fwd_opts(&o, &l, x.dtype, weight.mem ? (int)weight.dtype : -1, bias.mem ? (int)bias.dtype : -1);
+  fwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem ? (int)weight.dtype : -1,
+           bias.mem ? (int)bias.dtype : -1, coop);
   cl_program prog;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
-  if (s != NG_SUCCESS) return s;
+  if (s != NG_SUCCESS) {
+    if (sync) clReleaseMemObject(sync);
+    return s;
+  }
 
   cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset, mo = mean.offset,
            ro = rstd.offset;
@@ -90,6 +139,19 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
                          NG_ARG(bias.mem), NG_ARG(bo), NG_ARG(y.mem),      NG_ARG(yo),
                          NG_ARG(mean.mem), NG_ARG(mo), NG_ARG(rstd.mem),   NG_ARG(ro),
                          NG_ARG(rows),     NG_ARG(n),  NG_ARG(eps)};
+  if (coop) {
+    cl_ulong sync_off = 0;
+    cl_uint slices = cp.slices;
+    ng_arg cargs[NG_ARRAY_LEN(args) + 3];
+    for (size_t i = 0; i < NG_ARRAY_LEN(args); i++) cargs[i] = args[i];
+    cargs[NG_ARRAY_LEN(args)] = NG_ARG(sync);
+    cargs[NG_ARRAY_LEN(args) + 1] = NG_ARG(sync_off);
+    cargs[NG_ARRAY_LEN(args) + 2] = NG_ARG(slices);
+    s = ng_enqueue(ctx, queue, prog, "ng_layernorm_fwd_coop", (size_t)cp.l.groups * cp.l.wg,
+                   cp.l.wg, cargs, NG_ARRAY_LEN(cargs), nwait, wait, event);
+    clReleaseMemObject(sync);
+    return s;
+  }
   /* GPU rows longer than the group holds in registers: their own kernel (cl/layernorm.cl) */
   return ng_enqueue(ctx, queue, prog,
                     ng_row_beyond_regs(&l, p->n) ? "ng_layernorm_fwd_stream" : "ng_layernorm_fwd",
@@ -107,7 +169,16 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  return ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, bytes);
+  s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, bytes);
+  /* the split rows' own slices (ln_coop_plan): bf16 vector rows */
+  const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
+                                                 ng_bwd_mode(true, NG_BF16));
+  ng_coop c;
+  size_t b = 0;
+  if (s == NG_SUCCESS && ln_coop_plan(ctx, &l, NG_BF16, p->rows, p->n, &c))
+    s = ng_coop_partials(&c, p->n, sections, &b);
+  if (b > *bytes) *bytes = b;
+  return s;
 }
 
 ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
@@ -153,8 +224,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   /* rows split across groups (whatever is frozen, so that dx has the same bits), when this
    * queue gets a counter area; else the column split (with partials) or rows streamed twice */
   ng_coop cp;
-  cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, &cp, &sync);
+  cl_mem sync = NULL;
+  if (ln_coop_plan(ctx, &l, x.dtype, p->rows, p->n, &cp)) s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
@@ -171,8 +242,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
   const unsigned part_rows = coop ? cp.sets : split ? (unsigned)rgroups : l.groups;
   ng_opts o;
-  bwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem ? (int)weight.dtype : -1, compute_dw,
-           compute_db, f.on, compute_db ? dbias.dtype : NG_F32);
+  bwd_opts(&o, ctx, &l, coop ? &cp : NULL, x.dtype, weight.mem ? (int)weight.dtype : -1,
+           compute_dw, compute_db, f.on, compute_db ? dbias.dtype : NG_F32);
   cl_program prog, rprog = NULL;
   if (s == NG_SUCCESS) s = ng_get_program(ctx, "layernorm", &o, &prog);
   /* dweight and dbias share a dtype (check_affine): one reduction program and launch */
@@ -259,22 +330,26 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
         ng_coop cz, cpp; /* rows split across groups: instead of lz / lp, never FUSED_RED */
-        const bool coop = ng_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, 0, &cz) &&
-                          ng_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, 0, &cpp);
+        const bool coop = ln_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, &cz) &&
+                          ln_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, &cpp);
+        ng_coop cf; /* the forward's, instead of lf */
+        const bool fcoop = ln_fwd_coop_plan(ctx, &lf, xd, (size_t)1 << 20, n, &cf);
         for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)
           for (int bi = -1; bi < 3 && s == NG_SUCCESS; bi++) {
             if (wi >= 0 && bi >= 0 && bi != wi) continue; /* a bias has the weight's dtype */
             ng_opts o;
-            fwd_opts(&o, &lf, xd, wi >= 0 ? (int)fl[wi] : -1, bi >= 0 ? (int)fl[bi] : -1);
+            fwd_opts(&o, fcoop ? &cf.l : &lf, xd, wi >= 0 ? (int)fl[wi] : -1,
+                     bi >= 0 ? (int)fl[bi] : -1, fcoop);
             s = fn(ctx, "layernorm", &o, user);
             for (int t = 0; t < 4 && s == NG_SUCCESS; t++) { /* trained: none, dW, dB, both */
               const bool dw = t & 1, db = t & 2;
               if ((dw && wi < 0) || (db && bi < 0)) continue;
               const bool part = dw || db;
-              const ng_row_launch *l = coop ? (part ? &cpp.l : &cz.l) : part ? &lp : &lz;
+              const ng_row_launch *l = part ? &lp : &lz;
+              const ng_coop *c = coop ? (part ? &cpp : &cz) : NULL;
               const bool fused = part && !split && !coop &&
                                  ng_fused_wanted(ctx, l, n, (dw ? 1u : 0u) + (db ? 1u : 0u));
-              bwd_opts(&o, l, xd, wi >= 0 ? (int)fl[wi] : -1, dw, db, fused,
+              bwd_opts(&o, ctx, l, c, xd, wi >= 0 ? (int)fl[wi] : -1, dw, db, fused,
                        bi >= 0 ? fl[bi] : NG_F32);
               s = fn(ctx, "layernorm", &o, user);
             }
