@@ -21,9 +21,11 @@ static ng_status check_affine(ng_context *ctx, ng_tensor w, ng_tensor b, size_t 
 
 /* Build options of the forward and backward programs; the launch paths and
  * ng_layernorm_for_each_variant both use these, so ng_prebuild builds exactly what calls use.
- * A dtype of -1 is an absent parameter. */
-static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, int bd,
-                     bool coop) {
+ * A dtype of -1 is an absent parameter; cp, where not NULL, the plan of rows split across
+ * groups that replaces launch l. */
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_dtype xd, int wd,
+                     int bd) {
+  if (cp) l = &cp->l;
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, wd >= 0, wd >= 0 ? (ng_dtype)wd : NG_F32);
   ng_opts_add(o, "HAS_B", bd >= 0);
@@ -34,7 +36,7 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, int wd, in
    * lost resident groups to the 2·REG·8 extra registers (H100, bf16: 16384 0.71 -> 0.82 of copy;
    * 4096 0.86 -> 0.78 and 8192 0.84 -> 0.73 had they been used there; f32 0.74 -> 0.71) */
   ng_opts_add(o, "WREG", l->wg >= 1024 && l->reg_cols <= 2 && xd != NG_F32);
-  if (coop) ng_opts_add(o, "LN_FWD_COOP", 1); /* l is a split launch (ln_fwd_coop_plan) */
+  if (cp) ng_opts_add(o, "LN_FWD_COOP", 1); /* a split launch (ln_fwd_coop_plan) */
 }
 
 /* The forward of bf16 rows beyond the launch's registers, split across groups
@@ -122,8 +124,8 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   ng_opts o;
-  fwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem ? (int)weight.dtype : -1,
-           bias.mem ? (int)bias.dtype : -1, coop);
+  fwd_opts(&o, &l, coop ? &cp : NULL, x.dtype, weight.mem ? (int)weight.dtype : -1,
+           bias.mem ? (int)bias.dtype : -1);
   cl_program prog;
   s = ng_get_program(ctx, "layernorm", &o, &prog);
   if (s != NG_SUCCESS) {
@@ -338,8 +340,8 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
           for (int bi = -1; bi < 3 && s == NG_SUCCESS; bi++) {
             if (wi >= 0 && bi >= 0 && bi != wi) continue; /* a bias has the weight's dtype */
             ng_opts o;
-            fwd_opts(&o, fcoop ? &cf.l : &lf, xd, wi >= 0 ? (int)fl[wi] : -1,
-                     bi >= 0 ? (int)fl[bi] : -1, fcoop);
+            fwd_opts(&o, &lf, fcoop ? &cf : NULL, xd, wi >= 0 ? (int)fl[wi] : -1,
+                     bi >= 0 ? (int)fl[bi] : -1);
             s = fn(ctx, "layernorm", &o, user);
             for (int t = 0; t < 4 && s == NG_SUCCESS; t++) { /* trained: none, dW, dB, both */
               const bool dw = t & 1, db = t & 2;
