@@ -910,13 +910,18 @@ ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x,
 #define LN_WLOCAL 0
 #endif
 #define LN_DB_LOCAL (COMPUTE_DW && COMPUTE_DB)
+/* LN_BWD_COOP (set by the host for split launches only): the body and its local arrays go only
+ * into the programs that launch it, as RMS_BWD_COOP in rmsnorm.cl. */
+#ifndef LN_BWD_COOP
+#define LN_BWD_COOP 0
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                       __global const WT *w, ulong w_off, __global const float *mean,
                       ulong mean_off, __global const float *rstd, ulong rstd_off,
                       __global XT *dx, ulong dx_off, __global float *part, ulong part_off,
                       uint rows, uint n, __global volatile uint *sync, ulong sync_off, uint S) {
-#if WG > 1
+#if WG > 1 && LN_BWD_COOP
   __local float2 red[WG];
   __local uint tk;
   __local float4 total;

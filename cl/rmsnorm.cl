@@ -690,6 +690,13 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
  * only one group fits an H100 compute unit, and small edits crossed that line (RMSNorm at 65536
  * with dW: 127 registers 96 us, 147 registers 156 us; in local memory 97 registers, 97 us; with
  * ds_out in registers too, 190 us against 148 with ds loaded at its use). */
+/* RMS_BWD_COOP (set by the host for split launches only): the body, and with it the dW sums'
+ * WG·REG·32 bytes of local memory, goes only into the programs that launch it. In every backward
+ * program it made a held 512 × 4 launch's program need 66 KB of local memory, which a device
+ * with 64 KB (AMD, Intel) would refuse to build although the kernel is never launched there. */
+#ifndef RMS_BWD_COOP
+#define RMS_BWD_COOP 0
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
@@ -699,7 +706,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          , __global const XT *ds, ulong ds_off
 #endif
 ) {
-#if WG > 1
+#if WG > 1 && RMS_BWD_COOP
   __local float red[WG];
   __local uint tk;
   __local float4 total;

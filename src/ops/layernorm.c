@@ -81,6 +81,7 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   ng_opts_add(o, "COMPUTE_DW", dw);
   ng_opts_add(o, "COMPUTE_DB", db);
   if (fused) ng_opts_add(o, "FUSED_RED", 1);
+  if (cp) ng_opts_add(o, "LN_BWD_COOP", 1); /* only split programs hold that kernel */
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
   const size_t slots = (size_t)l->wg * l->reg_cols * (dw && db ? 2 : 1);

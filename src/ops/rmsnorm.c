@@ -32,10 +32,14 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w
   if (fused) ng_opts_add(o, "FUSED_ADD", 1);
 }
 
-static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
-                     bool compute_dw, bool has_ds, bool fused_red) {
+/* cp: the plan of rows split across groups (ng_rmsnorm_bwd_coop), or NULL for launch l; only
+ * its programs hold that kernel (RMS_BWD_COOP, cl/rmsnorm.cl says why). */
+static void bwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_dtype xd,
+                     bool has_w, ng_dtype wd, bool compute_dw, bool has_ds, bool fused_red) {
+  if (cp) l = &cp->l;
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, has_w, wd);
+  if (cp) ng_opts_add(o, "RMS_BWD_COOP", 1);
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
@@ -246,8 +250,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                       ng_tensor_none(), acc, &f);
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
-  bwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem != NULL, weight.dtype, compute_dw, has_ds,
-           f.on);
+  bwd_opts(&o, &l, coop ? &cp : NULL, x.dtype, weight.mem != NULL, weight.dtype, compute_dw,
+           has_ds, f.on);
   cl_program prog, rprog = NULL;
   if (s == NG_SUCCESS) s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
@@ -397,7 +401,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
                                      !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
               ng_opts o;
               if (pass == 0) fwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, fused);
-              else bwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, pass == 2, ds != 0,
+              else bwd_opts(&o, &l, coop ? &cp : NULL, fl[xi], has_w, wd, pass == 2, ds != 0,
                             fused_red);
               if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
             }

@@ -1,0 +1,127 @@
+/* Programs of GPU launch shapes, built on whatever device runs the tests (PoCL in CI): every
+ * kernel in them fits the local memory of a GPU with 64 KB (AMD's and Intel's), although the
+ * device here may offer more.
+ *
+ * A program holds every kernel of its .cl file that its options leave in, launched or not, and a
+ * driver that checks local memory at build time refuses the whole program when any one kernel
+ * exceeds it. The local arrays grow with the launch (WG·REG·VEC), so the programs checked are
+ * those of each op's widest launches of bf16 rows and f32 weights, held and split across groups,
+ * as the ops' own variant lists give them for an emulated 132-unit GPU. */
+#include "ng_internal.h"
+#include "ng_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GPU_LOCAL_MEM 65536u
+
+ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+ng_status ng_fused_add_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+
+/* The value of -DNAME=… in o, or `dflt` when o does not set it. */
+static long long opt_value(const ng_opts *o, const char *name, long long dflt) {
+  char key[64];
+  snprintf(key, sizeof key, "-D%s=", name);
+  const char *p = strstr(o->text, key);
+  while (p && p != o->text && p[-1] != ' ') p = strstr(p + 1, key);
+  return p ? strtoll(p + strlen(key), NULL, 10) : dflt;
+}
+
+typedef struct checked {
+  char keys[256][520];
+  int n;       /* distinct programs built */
+  int widest;  /* of those, programs of the widest launch shape seen (WG·REG = 2048) */
+  int split;   /* of those, programs of rows split across groups */
+  unsigned long max_local; /* the most local memory one kernel took */
+} checked;
+
+static ng_status check_program(ng_context *ctx, const char *program, const ng_opts *o,
+                               void *user) {
+  checked *ck = user;
+  /* bf16 rows, f32 weights (or none), the widest vectors, and work-groups of 256 and more */
+  if (opt_value(o, "DTYPE", -1) != NG_BF16 || opt_value(o, "W_DTYPE", NG_F32) != NG_F32 ||
+      opt_value(o, "G_DTYPE", NG_F32) != NG_F32 || opt_value(o, "B_DTYPE", NG_F32) != NG_F32 ||
+      opt_value(o, "VEC", 0) != 8 || opt_value(o, "WG", 0) < 256)
+    return NG_SUCCESS;
+  const bool widest = opt_value(o, "WG", 0) * opt_value(o, "REG", 1) >= 2048;
+  const bool split = opt_value(o, "RMS_BWD_COOP", 0) || opt_value(o, "LN_BWD_COOP", 0) ||
+                     opt_value(o, "LN_FWD_COOP", 0) ||
+                     (!strcmp(program, "polynorm") && opt_value(o, "REG", 0));
+  /* the backward programs of the widest held launches, and every split program */
+  if (!split && !(widest && opt_value(o, "COMPUTE_DW", -1) >= 0)) return NG_SUCCESS;
+  char key[520];
+  snprintf(key, sizeof key, "%s|%s", program, o->text);
+  for (int i = 0; i < ck->n; i++)
+    if (!strcmp(ck->keys[i], key)) return NG_SUCCESS;
+  assert_true(ck->n < 256);
+  snprintf(ck->keys[ck->n++], sizeof ck->keys[0], "%s", key);
+  ck->widest += widest;
+  ck->split += split;
+
+  cl_program prog;
+  ng_status s = ng_get_program(ctx, program, o, &prog);
+  if (s != NG_SUCCESS)
+    fail_msg("%s '%s': %s (%s)", program, o->text, ng_status_name(s), ng_last_error_detail());
+  cl_uint nk = 0;
+  assert_int_equal(clCreateKernelsInProgram(prog, 0, NULL, &nk), CL_SUCCESS);
+  assert_true(nk > 0);
+  cl_kernel *ks = calloc(nk, sizeof *ks);
+  assert_non_null(ks);
+  assert_int_equal(clCreateKernelsInProgram(prog, nk, ks, NULL), CL_SUCCESS);
+  for (cl_uint i = 0; i < nk; i++) {
+    cl_ulong lm = 0;
+    char name[128] = "";
+    assert_int_equal(clGetKernelWorkGroupInfo(ks[i], ng_test_env_get()->device,
+                                              CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL),
+                     CL_SUCCESS);
+    clGetKernelInfo(ks[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+    if (lm > ck->max_local) ck->max_local = (unsigned long)lm;
+    if (lm > GPU_LOCAL_MEM)
+      fail_msg("%s in %s '%s' takes %lu bytes of local memory, over %u", name, program, o->text,
+               (unsigned long)lm, GPU_LOCAL_MEM);
+    clReleaseKernel(ks[i]);
+  }
+  free(ks);
+  return NG_SUCCESS;
+}
+
+static void test_local_memory_fits(void **state) {
+  (void)state;
+  ng_test_env *env = ng_test_env_get();
+  ng_context *c = NULL;
+  NG_OK(ng_context_create(env->cl_ctx, env->device, &c));
+  /* the launch choice reads only these facts: a large GPU with 64 KB of local memory; the
+   * split rows are asked for as on any GPU with NG_TUNE_FUSED_REDUCE = 2 (no PTX: nv_shfl off) */
+  c->info.type = CL_DEVICE_TYPE_GPU;
+  c->info.compute_units = 132;
+  c->info.max_wg = 1024;
+  c->info.local_mem = GPU_LOCAL_MEM;
+  c->info.nv_shfl = c->info.nv_bf16 = false;
+  c->fused_reduce = 2;
+  static checked ck;
+  memset(&ck, 0, sizeof ck);
+  NG_OK(ng_rmsnorm_for_each_variant(c, check_program, &ck));
+  NG_OK(ng_fused_add_rmsnorm_for_each_variant(c, check_program, &ck));
+  NG_OK(ng_layernorm_for_each_variant(c, check_program, &ck));
+  NG_OK(ng_polynorm_for_each_variant(c, check_program, &ck));
+  NG_OK(ng_groupnorm_for_each_variant(c, check_program, &ck));
+  print_message("%d programs, %d of 512 x 4 launches, %d split; at most %lu bytes a kernel\n",
+                ck.n, ck.widest, ck.split, ck.max_local);
+  /* the checks reached the shapes they are for */
+  assert_true(ck.widest >= 8);
+  assert_true(ck.split >= 8);
+  ng_context_release(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_local_memory_fits),
+  };
+  int r = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
+  ng_test_env_release();
+  return r;
+}
