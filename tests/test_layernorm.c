@@ -292,9 +292,11 @@ static void test_workgroup_shape(void **state) {
     run_case(&c);
   }
   /* rows beyond the registers stream, their statistics merged from each work-item's chunks
-   * (ng_layernorm_fwd_stream): a mean 10⁴ times the spread must still give the variance */
-  for (size_t i = 0; i < 2; i++) {
-    ln_case c = make_case(i ? 7 : 1, 4097, NG_F32, NG_F32, &PARAMS[0], 0, seed++);
+   * (ng_layernorm_fwd_stream), and rows held in registers (ng_layernorm_fwd, two work-group
+   * sums): a mean 10⁴ times the spread must still give the variance */
+  for (size_t i = 0; i < 4; i++) {
+    ln_case c = make_case(i % 2 ? 7 : 1, i < 2 ? 4097 : 1000 - 8 * (i - 2), NG_F32, NG_F32,
+                          &PARAMS[0], 0, seed++);
     c.x_mean = 1000.0;
     c.x_std = 0.1;
     run_case(&c);
