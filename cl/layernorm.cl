@@ -395,7 +395,6 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
                       __global volatile uint *sync, ulong sync_off, uint S) {
 #if WG > 1 && LN_FWD_COOP
   __local float red[WG];
-  __local uint tk;
   __local float4 total;
   const uint lid = get_local_id(0);
 #if HAS_W
@@ -417,10 +416,7 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
   b += b_off;
   mean += mean_off;
   rstd += rstd_off;
-  sync += sync_off;
-  const uint t = ng_coop_ticket(sync, &tk);
-  const uint sets = get_num_groups(0) / S, k = t / S, sl = t % S;
-  const uint c0 = sl * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
   const uint cover = (uint)(WG * REG * VEC);   /* values of a slice; the last one the rest */
   const float cnt = (float)min(cover, n - sl * cover);
 #pragma unroll
@@ -923,7 +919,6 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
                       uint rows, uint n, __global volatile uint *sync, ulong sync_off, uint S) {
 #if WG > 1 && LN_BWD_COOP
   __local float2 red[WG];
-  __local uint tk;
   __local float4 total;
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -933,10 +928,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
   mean += mean_off;
   rstd += rstd_off;
   dx += dx_off;
-  sync += sync_off;
-  const uint t = ng_coop_ticket(sync, &tk);
-  const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
-  const uint c0 = s * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, c0);
 #if COMPUTE_DW
   floatV dwr[REG];
 #pragma unroll

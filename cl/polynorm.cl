@@ -221,15 +221,11 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
                      float eps, __global volatile uint *sync, ulong sync_off, uint S) {
 #if WG > 1
   __local float4 red4[WG];
-  __local uint tk;
   __local float4 total;
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   PN_FWD_SETUP();
-  sync += sync_off;
-  const uint t = ng_coop_ticket(sync, &tk);
-  const uint sets = get_num_groups(0) / S, k = t / S, sl = t % S;
-  const uint c0 = sl * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
     __global const XT *xr = x + (ulong)r * n;
@@ -500,14 +496,10 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
                      ulong sync_off, uint S) {
 #if WG >= 4
   __local float4 red4[WG];
-  __local uint tk;
   __local float4 total;
   PN_BWD_SETUP();
-  sync += sync_off;
-  const uint t = ng_coop_ticket(sync, &tk);
-  const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
-  /* the work-item's first vector of the row (c0 is a coefficient of PN_BWD_COEFFS) */
-  const uint v0 = s * (uint)(WG * REG) + lid;
+  /* v0: the work-item's first vector of the row (c0 is a coefficient of PN_BWD_COEFFS) */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, v0);
 #if COMPUTE_DW
   float dw3 = 0.0f, dw2 = 0.0f, dw1 = 0.0f;
 #endif

@@ -298,7 +298,6 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
                     ulong sync_off, uint S) {
 #if WG > 1
   __local float red[WG];
-  __local uint tk;
   __local float4 total;
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -306,10 +305,7 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
   y += y_off;
   w += w_off;
   rstd += rstd_off;
-  sync += sync_off;
-  const uint t = ng_coop_ticket(sync, &tk);
-  const uint sets = get_num_groups(0) / S, k = t / S, sl = t % S;
-  const uint c0 = sl * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
   /* w' of the slice, read once for all the rows of the set. Read per row instead, the kernel
    * took 40 registers instead of 103 but 64.5 us instead of 57.4 at 32768 (H100, bf16), and
    * grids of 3-6 groups per compute unit did not win it back. */
@@ -708,7 +704,6 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 ) {
 #if WG > 1 && RMS_BWD_COOP
   __local float red[WG];
-  __local uint tk;
   __local float4 total;
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
@@ -717,13 +712,10 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   w += w_off;
   rstd += rstd_off;
   dx += dx_off;
-  sync += sync_off;
 #if HAS_DS
   ds += ds_off;
 #endif
-  const uint t = ng_coop_ticket(sync, &tk);
-  const uint sets = get_num_groups(0) / S, k = t / S, s = t % S;
-  const uint c0 = s * (uint)(WG * REG) + lid; /* the work-item's first vector of the row */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, c0);
   floatV wc[REG];
 #if COMPUTE_DW
   __local floatV dwl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
