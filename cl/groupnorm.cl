@@ -898,7 +898,7 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       gn_bwd_walk(dy, x, dx, w, w_off, pdt, has_w, G, Cg, S, 1, u0, mean[u0], rstd[u0], &s1, &s2,
                   dwp, dbp, 0, u0, 0.0f, 0.0f, 0.0f, 0.0f);
     for (uint blk = u0; blk < u1; blk++) {
-      const float c1 = s1 / nf, c2 = s2 / nf;
+      const float c1 = ng_div(s1, nf), c2 = ng_div(s2, nf);
       const uint nb = blk + 1 < u1 ? blk + 1 : blk;
       gn_bwd_walk(dy, x, dx, w, w_off, pdt, has_w, G, Cg, S, blk + 1 < u1, nb, mean[nb],
                   rstd[nb], &s1, &s2, dwp, dbp, 1, blk, mean[blk], rstd[blk], c1, c2);
@@ -915,8 +915,8 @@ ng_groupnorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
       continue;
     }
     const float nf = (float)(Cg * S);
-    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s.x / nf,
-          s.y / nf, w, w_off, pdt, has_w);
+    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], ng_div(s.x, nf),
+          ng_div(s.y, nf), w, w_off, pdt, has_w);
   }
 }
 
@@ -941,8 +941,8 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
     const gn_unit t = gn_decode(ug, U, Cg, S, k, P, Ls);
     const float2 s = gn_block_sums(part + (ulong)t.blk * U * 2, U, red);
     const float nf = (float)(Cg * S);
-    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], s.x / nf,
-          s.y / nf, w, w_off, pdt, has_w);
+    gn_dx(dy, x, dx, t, (t.blk % G) * Cg + t.c_lo, S, mean[t.blk], rstd[t.blk], ng_div(s.x, nf),
+          ng_div(s.y, nf), w, w_off, pdt, has_w);
   }
 }
 #if WG > 1
@@ -1107,7 +1107,8 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
     {
       const uint lv = b.len / VEC, nch = late ? b.nch : 0, nv = nch * lv;
       const uint nck = (nv + GN_CHUNK - 1) / GN_CHUNK, first_ch = (b.blk % G) * Cg + b.c_lo;
-      const float mu = mean[b.blk], rs = rstd[b.blk], c1 = bs.x / nf, c2 = bs.y / nf;
+      const float mu = mean[b.blk], rs = rstd[b.blk], c1 = ng_div(bs.x, nf),
+                  c2 = ng_div(bs.y, nf);
       __global const XT *xu = x + b.start, *du = dy + b.start;
       __global XT *dxu = dx + b.start;
       for (uint c0 = 0; c0 < nck; c0 += WG / GN_LW) {

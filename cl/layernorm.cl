@@ -652,7 +652,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     __global const XT *dyr = dy + o, *xr = x + o, *dyn = dy + o + n, *xn = x + o + n;
     __global XT *dxr = dx + o;
     const float mu = mean[r], rs = rstd[r];
-    const float c1 = ng_hsum(a1) / (float)n, c2 = ng_hsum(a2) / (float)n;
+    const float c1 = ng_div(ng_hsum(a1), (float)n), c2 = ng_div(ng_hsum(a2), (float)n);
     a1 = a2 = (floatV)(0.0f);
     const bool next = r + 1 < r1, fast = w_ok && !isnan(mu) && !isnan(rs);
     const float mun = next ? mean[r + 1] : 0.0f, rsn = next ? rstd[r + 1] : 0.0f;
@@ -730,7 +730,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
         }
       }
       const float2 sums = ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
-      const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+      const float c1 = ng_div(sums.x, (float)n), c2 = ng_div(sums.y, (float)n);
       NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
@@ -776,7 +776,7 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     __global XT *dxr = dx + (ulong)r * n;
     const float mu = mean[r], rs = rstd[r];
     const float2 sums = ln_row_sums(dyr, xr, w, mu, rs, nv, red);
-    const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+    const float c1 = ng_div(sums.x, (float)n), c2 = ng_div(sums.y, (float)n);
     for (uint i = lid; i < nv; i += WG) LN_BWD_VEC(i);
   }
   LN_FUSED_REDUCE();
@@ -851,7 +851,8 @@ ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x,
     __global const XT *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
     const float mu = mean[r], rs = rstd[r];
-    const float c1 = sums[2 * (ulong)r] / (float)n, c2 = sums[2 * (ulong)r + 1] / (float)n;
+    const float c1 = ng_div(sums[2 * (ulong)r], (float)n),
+                c2 = ng_div(sums[2 * (ulong)r + 1], (float)n);
 #pragma unroll
     for (int k = 0; k < REG; k++) {
       const uint i = blk * (WG * REG) + (uint)k * WG + lid;
@@ -978,7 +979,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
     const float2 mine = ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
     const float2 sums =
         ng_coop_sum((float4)(mine, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).xy;
-    const float c1 = sums.x / (float)n, c2 = sums.y / (float)n;
+    const float c1 = ng_div(sums.x, (float)n), c2 = ng_div(sums.y, (float)n);
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;

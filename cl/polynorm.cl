@@ -283,8 +283,8 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
   const float r3 = (r3_), r2 = (r2_), r1 = (r1_);                                                    \
   PN_DW_ADD();                                                                                       \
   const float c2 = 3.0f * w0 * r3, c1 = 2.0f * w1 * r2, c0 = w2 * r1;                                \
-  const float K3 = c2 * (r3 * r3) * (s3 / nf), K2 = c1 * (r2 * r2) * (s2 / nf);                      \
-  const float K1 = c0 * (r1 * r1) * (s1 / nf)
+  const float K3 = c2 * (r3 * r3) * ng_div(s3, nf), K2 = c1 * (r2 * r2) * ng_div(s2, nf);          \
+  const float K1 = c0 * (r1 * r1) * ng_div(s1, nf)
 /* GPU shape: the row's four sums across the group, then PN_BWD_COEFFS */
 #if COMPUTE_DB
 #define PN_GPU_BWD_STATS()                                                                           \

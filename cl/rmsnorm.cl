@@ -472,7 +472,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     __global const XT *dsr = ds + o;
 #endif
     const float rs = rstd[r];
-    const float c = (rs * rs * rs) * (ng_hsum(acc) / (float)n);
+    const float c = (rs * rs * rs) * ng_div(ng_hsum(acc), (float)n);
     acc = (floatV)(0.0f);
     const bool next = r + 1 < r1, fast = w_ok && !isnan(rs);
     if (fast && next) RMS_BWD_CPU_LOOP(1, NG_RDCF, NG_STCF);
@@ -541,7 +541,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
         if (i < nv) acc = fma(BWD_WIDEN(dys[k]) * WP_REG(k, i), BWD_WIDEN(xs[k]), acc);
       }
       const float dot = ng_wg_sum(ng_hsum(acc), red);
-      const float c = (rs * rs * rs) * (dot / (float)n);
+      const float c = (rs * rs * rs) * ng_div(dot, (float)n);
       NG_UNROLL_STORES
       for (int k = 0; k < REG; k++) {
         const uint i = lid + (uint)k * WG;
@@ -556,7 +556,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       continue;
     }
     const float dot = rms_row_dot(dyr, xr, w, offset, nv, red);
-    const float c = (rs * rs * rs) * (dot / (float)n);
+    const float c = (rs * rs * rs) * ng_div(dot, (float)n);
     for (uint i = lid; i < nv; i += WG) {
       const floatV d = LDX(dyr, i), xv = LDX(xr, i);
       STX(dxr, i, DX_OUT(i, RMS_DX(d, WPRIME(w, i, offset), xv)));
@@ -651,7 +651,7 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     __global const XT *dsr = ds + (ulong)r * n;
 #endif
     const float rs = rstd[r];
-    const float c = (rs * rs * rs) * (dots[r] / (float)n);
+    const float c = (rs * rs * rs) * ng_div(dots[r], (float)n);
 #pragma unroll
     for (int k = 0; k < REG; k++) {
       const uint i = blk * (WG * REG) + (uint)k * WG + lid;
@@ -772,7 +772,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     const float dot =
         ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).x;
     const float rs = rstd[r];
-    const float c = (rs * rs * rs) * (dot / (float)n);
+    const float c = (rs * rs * rs) * ng_div(dot, (float)n);
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;

@@ -173,8 +173,14 @@ static void run_case(const ln_case *c) {
                                 0, ng_tensor_none(), 0, NULL, NULL));
     ng_test_download(bdx2, xd, off, cnt, got2);
     ng_test_download(bdx, xd, off, cnt, got);
-    if (memcmp(got, got2, cnt * sizeof(float)) != 0)
-      fail_msg("dx differs between frozen and unfrozen runs [%s]", name);
+    if (memcmp(got, got2, cnt * sizeof(float)) != 0) {
+      size_t first = cnt, diff = 0;
+      for (size_t i = 0; i < cnt; i++)
+        if (memcmp(&got[i], &got2[i], sizeof(float)) != 0) diff++, first = first < i ? first : i;
+      fail_msg("dx differs between frozen and unfrozen runs in %zu of %zu values, first [%zu]: "
+               "%.9g against %.9g [%s]",
+               diff, cnt, first, (double)got[first], (double)got2[first], name);
+    }
     clReleaseMemObject(bdx2);
   }
 
