@@ -437,7 +437,7 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
 }
 
 ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                                  size_t sections, size_t row_floats, size_t hold,
+                                  size_t sections, size_t row_floats, size_t hold, unsigned xflags,
                                   size_t *bytes) {
   ng_status s = NG_SUCCESS;
   *bytes = 0;
@@ -450,7 +450,7 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
     /* the rows split across groups, where they may be (a queue without a counter area falls
      * back to the launch above) */
     ng_coop c;
-    if (s == NG_SUCCESS && ng_coop_plan(ctx, &l, xd, rows, n, hold, &c))
+    if (s == NG_SUCCESS && ng_coop_plan(ctx, &l, xd, rows, n, hold, xflags, &c))
       s = ng_coop_partials(&c, n, sections, &bc);
     if (bc > b) b = bc;
     if (b > *bytes) *bytes = b;
@@ -468,17 +468,22 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
 #define NG_COOP_MAX_SLICES 16
 
 bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
-                  size_t n, size_t hold, ng_coop *c) {
-  return ng_coop_plan_shape(ctx, l, x_dtype, rows, n, hold, NG_COOP_REG, 1, 2, c);
+                  size_t n, size_t hold, unsigned xflags, ng_coop *c) {
+  return ng_coop_plan_shape(ctx, l, x_dtype, rows, n, hold, xflags, NG_COOP_REG, 1, 2, c);
 }
 
 bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
-                        size_t rows, size_t n, size_t hold, unsigned reg, unsigned lslots,
-                        unsigned per_cu, ng_coop *c) {
+                        size_t rows, size_t n, size_t hold, unsigned xflags, unsigned reg,
+                        unsigned lslots, unsigned per_cu, ng_coop *c) {
   const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2 : ctx->info.nv_shfl;
-  /* bf16 only: the f16 kernel took 196.6 us at 65536 against 106.6 for bf16 (its conversions,
-   * vload_half8 / vstore_half8_rte, go through private memory: the likely cause, not isolated) */
-  if (!want || l->wg < 2 || l->vec != 8 || x_dtype != NG_BF16) return false;
+  if (!want || l->wg < 2 || l->vec != 8) return false;
+  /* Which dtypes split is the op's (xflags), from what measured faster: f16 lost in the fused
+   * add and LayerNorm's forward (H100, 65536: 157 -> 197 us, 67 -> 83), f32 in RMSNorm's and
+   * PolyNorm's forward with half the vectors (32768: 122 -> 132, 124 -> 134) */
+  if (x_dtype == NG_F32 && (xflags & NG_COOP_F32)) reg = reg > 1 ? reg / 2 : 1;
+  else if (!(x_dtype == NG_BF16 || (x_dtype == NG_F32 && (xflags & NG_COOP_F32_FULL)) ||
+             (x_dtype == NG_F16 && (xflags & NG_COOP_F16))))
+    return false;
   const size_t nv = n / l->vec;
   size_t fits = (size_t)l->wg * l->reg_cols; /* the row fits one group */
   if (hold && hold < fits) fits = hold;
@@ -512,10 +517,10 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
 }
 
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
-                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, ng_coop *c,
-                        cl_mem *sync) {
+                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, unsigned xflags,
+                        ng_coop *c, cl_mem *sync) {
   *sync = NULL;
-  if (!ng_coop_plan(ctx, l, x_dtype, rows, n, hold, c)) return NG_SUCCESS;
+  if (!ng_coop_plan(ctx, l, x_dtype, rows, n, hold, xflags, c)) return NG_SUCCESS;
   return ng_coop_sync(ctx, q, c, sync);
 }
 

@@ -251,38 +251,44 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
                               size_t sections, size_t row_floats, size_t *bytes);
 /* The largest scratch of the backward-with-dW launches of `kind` for any buffer alignment and x
  * dtype (a scratch-size query knows neither; both pick the launch): ng_partials_scratch, and
- * ng_coop_partials where the rows may be split across groups (`hold`: the smallest that calls of
- * `kind` pass to ng_coop_plan). */
+ * ng_coop_partials where the rows may be split across groups (`hold`, `xflags`: what calls of
+ * `kind` pass to ng_coop_plan, the smallest hold where they differ). */
 ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                                  size_t sections, size_t row_floats, size_t hold,
+                                  size_t sections, size_t row_floats, size_t hold, unsigned xflags,
                                   size_t *bytes);
-/* Backward of bf16 rows beyond a launch's registers, each row split across `slices` work-groups
- * that exchange their shares of the row sum (cl/rmsnorm.cl, RMS_COOP): the launch of its
- * kernel (`l`, groups = slices · sets), and the rows of dW partials it leaves (`sets`). */
+/* Rows beyond a launch's registers (bf16, and f32 / f16 where the op says), each split across
+ * `slices` work-groups that exchange their shares of the row sum (cl/rmsnorm.cl, RMS_COOP): the
+ * launch of its kernel (`l`, groups = slices · sets), and the rows of dW partials it leaves
+ * (`sets`). */
 typedef struct ng_coop {
   ng_row_launch l;
   unsigned slices, sets;
 } ng_coop;
+/* The rows besides bf16 that an op's split kernel takes (ng_coop_plan's xflags), where each was
+ * measured faster split (docs/tuning.md): */
+#define NG_COOP_F32 1u      /* f32, half bf16's vectors a work-item (the same register bytes) */
+#define NG_COOP_F32_FULL 2u /* f32, bf16's vectors a work-item (a forward holding x alone) */
+#define NG_COOP_F16 4u      /* f16, bf16's vectors a work-item */
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its
- * plan: bf16 vector rows longer than l holds (or than `hold` vectors, where an op measured the
- * split faster from there; 0: what l holds), on NVIDIA by default (NG_TUNE_FUSED_REDUCE 1 / 2
- * turns it off / on), with at most ng_max_waiting_groups slices. Depends on the device, n, the
- * dtype and the alignment only (frozen and not, dx must be the same bits), and on `rows` only
- * through the set count. */
+ * plan: bf16 vector rows (and those xflags adds) longer than l holds (or than `hold` vectors,
+ * where an op measured the split faster from there; 0: what l holds), on NVIDIA by default
+ * (NG_TUNE_FUSED_REDUCE 1 / 2 turns it off / on), with at most ng_max_waiting_groups slices.
+ * Depends on the device, n, the dtype and the alignment only (frozen and not, dx must be the
+ * same bits), and on `rows` only through the set count. */
 bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
-                  size_t n, size_t hold, ng_coop *c);
+                  size_t n, size_t hold, unsigned xflags, ng_coop *c);
 /* ng_coop_plan, and the counter area of queue q for its kernel: *sync is retained for the caller
  * (who releases it after the enqueue), or NULL when the rows are not split (no plan, or q gets no
  * counter area). Errors only from making the area. */
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
-                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, ng_coop *c,
-                        cl_mem *sync);
-/* ng_coop_plan for a kernel of `reg` vectors a work-item in a slice (ng_coop_plan's:
- * NG_COOP_REG) that keeps `lslots` float vectors per such vector in local memory (1) and runs
- * `per_cu` groups per compute unit (2) */
+                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, unsigned xflags,
+                        ng_coop *c, cl_mem *sync);
+/* ng_coop_plan for a kernel of `reg` vectors a work-item in a bf16 slice (ng_coop_plan's:
+ * NG_COOP_REG; xflags say what f32 and f16 slices take) that keeps `lslots` float vectors per
+ * such vector in local memory (1) and runs `per_cu` groups per compute unit (2) */
 bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
-                        size_t rows, size_t n, size_t hold, unsigned reg, unsigned lslots,
-                        unsigned per_cu, ng_coop *c);
+                        size_t rows, size_t n, size_t hold, unsigned xflags, unsigned reg,
+                        unsigned lslots, unsigned per_cu, ng_coop *c);
 /* The counter area of queue q for plan c's kernel (ng_coop_begin's second half). */
 ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync);
 /* Bytes of the split kernel's partials: per section (dW, dB) one row of n floats per set. */

@@ -259,19 +259,21 @@ static void test_fused_reduce(void **state) {
  * vector, slices of 64·4 vectors; n = 8·200 is one slice, which CPU devices take, 8·1000 four and
  * 8·4000 sixteen on GPUs): with and without ds_out (loaded early, and with dW the dW sums in local
  * memory), in place, frozen, accumulate, every weight dtype, sets of one group, a few, more than
- * the rows and the default. */
+ * the rows and the default; f32 rows (the backward's slices of 64·2 vectors: n = 1000, 125
+ * vectors, is one on a CPU device) and f16 rows (which keep the other paths). */
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   ng_test_fused_reduce_shape(e->ctx, 64, 1); /* NG_TUNE_FUSED_REDUCE = 2 also splits rows */
-  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}};
+  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}, {6, 1000}};
   const unsigned groups[] = {NG_TUNE_AUTO, 1, 7, 64};
   uint64_t seed = 1100;
   for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
       const bool frozen = (g + i) % 3 == 1;
-      fa_case c = {shapes[i][0], shapes[i][1], NG_BF16, (int)((g + 2 * i) % 3),
+      const ng_dtype xd = (g + i) % 4 == 1 ? NG_F32 : (g + i) % 4 == 3 ? NG_F16 : NG_BF16;
+      fa_case c = {shapes[i][0], shapes[i][1], xd, (int)((g + 2 * i) % 3),
                    (ng_casting_mode)((g + i) % 3), frozen, !frozen && g % 2 == 1, (g + i) % 4 != 3,
                    i == 2, i == 1 ? 8 : 0, 0.5f, 1e-5f, seed++};
       run_case(&c);

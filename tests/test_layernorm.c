@@ -361,7 +361,10 @@ static void test_fused_reduce(void **state) {
  * and 8·4000 sixteen of 64·4 (GPUs; elsewhere the column split or rows streamed twice). The
  * forward's slices are of 64·4 vectors: one at 8·100 and 8·200, four at 8·1000 and sixteen at
  * 8·4000. Sets of one group, a few, more than the rows and the default; each parameter
- * configuration, accumulate, offsets, an f16 case (which keeps the other paths). */
+ * configuration, accumulate, offsets; f16 rows (the backward splits as bf16's, the forward
+ * streams) and f32 rows (slices of half the vectors: the backward's of 64·1 where at most 16
+ * cover the row, else 64·2, the forward's of 64·2; n = 8·100 is one slice of 64·2 on a CPU
+ * device). */
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -374,7 +377,8 @@ static void test_split_rows(void **state) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
       const size_t k = (g * 4 + i) % NG_ARRAY_LEN(configs);
-      ln_case c = make_case(shapes[i][0], shapes[i][1], (g + i) % 4 == 3 ? NG_F16 : NG_BF16,
+      const ng_dtype xd = (g + i) % 4 == 1 ? NG_F32 : (g + i) % 4 == 3 ? NG_F16 : NG_BF16;
+      ln_case c = make_case(shapes[i][0], shapes[i][1], xd,
                             (ng_dtype)((g + i) % 3), &PARAMS[configs[k]], i == 1 ? 8 : 0, seed++);
       run_case(&c);
     }
@@ -386,7 +390,8 @@ static void test_split_rows(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
   for (size_t k = 0; k < NG_ARRAY_LEN(configs) + 2; k++) {
     const bool wide = k == NG_ARRAY_LEN(configs) + 1;
-    ln_case c = make_case(wide ? 2 : 9, wide ? 8 * 1000 : 8 * 100, NG_BF16, (ng_dtype)(k % 3),
+    const ng_dtype xd = k < NG_ARRAY_LEN(configs) && k % 3 == 1 ? NG_F32 : NG_BF16;
+    ln_case c = make_case(wide ? 2 : 9, wide ? 8 * 1000 : 8 * 100, xd, (ng_dtype)(k % 3),
                           &PARAMS[configs[k % NG_ARRAY_LEN(configs)]], k % 2 ? 8 : 0, seed++);
     if (k >= NG_ARRAY_LEN(configs)) {
       c.x_mean = 100.0;

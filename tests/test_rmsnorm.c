@@ -248,20 +248,22 @@ static void test_fused_reduce(void **state) {
   ng_test_reset_overrides(e->ctx);
 }
 
-/* bf16 rows split across work-groups that exchange their shares of the row sum, forward and
- * backward (the default for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere). With 64
- * work-items of one vector, a row of more than 64 vectors is beyond the group; a slice is 64·4
+/* Rows split across work-groups that exchange their shares of the row sum, forward and backward
+ * (the default for long rows on NVIDIA, NG_TUNE_FUSED_REDUCE = 2 elsewhere). With 64 work-items
+ * of one vector, a row of more than 64 vectors is beyond the group; a bf16 slice is 64·4
  * vectors: n = 8·200 is one slice (the only split a CPU device takes: no group waits for another
  * there), 8·1000 four and 8·4000 sixteen (GPUs; elsewhere the column split or rows streamed
  * twice). Sets of one group, a few, more than the rows, and the device's default; every weight
- * dtype, frozen, accumulate, offsets, the casting modes (and f16 rows, which keep the other
- * paths). Each case runs several passes on one queue, so the kernels' counters and share banks
- * must be back at zero after each. */
+ * dtype, frozen, accumulate, offsets, the casting modes; f16 rows (slices as bf16's) and f32 rows
+ * (the forward's slices as bf16's, the backward's of 64·2 vectors: n = 1000, 125 vectors, is one
+ * on a CPU device; 8·4000 is 32, beyond the split, so those rows take the old paths). Each case
+ * runs several passes on one queue, so the kernels' counters and share banks must be back at
+ * zero after each. */
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   ng_test_fused_reduce_shape(e->ctx, 64, 1); /* NG_TUNE_FUSED_REDUCE = 2 also splits rows */
-  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}, {2, 1608}};
+  const size_t shapes[][2] = {{37, 1600}, {5, 8000}, {40, 8000}, {3, 32000}, {2, 1608}, {6, 1000}};
   const unsigned groups[] = {NG_TUNE_AUTO, 1, 7, 64};
   const int wds[] = {NG_F32, NG_BF16, NG_F16, -1};
   uint64_t seed = 900;
@@ -270,7 +272,8 @@ static void test_split_rows(void **state) {
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
       const int wd = wds[(g + i) % 4];
       const bool frozen = wd < 0 || (g + i) % 3 == 2;
-      rms_case c = {shapes[i][0], shapes[i][1], (g + i) % 4 == 3 ? NG_F16 : NG_BF16, wd,
+      const ng_dtype xd = (g + i) % 4 == 3 ? NG_F16 : (g + i) % 4 == 1 ? NG_F32 : NG_BF16;
+      rms_case c = {shapes[i][0], shapes[i][1], xd, wd,
                     (ng_casting_mode)((g + 2 * i) % 3), frozen, !frozen && g % 2 == 1,
                     i == 1 ? 8 : 0, 0.5f, 1e-5f, seed++};
       run_case(&c);

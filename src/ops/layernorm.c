@@ -45,10 +45,12 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
  * 68.6-72.1 -> 64.0-65.0 us (0.64-0.67 -> 0.71-0.72), 131072 80.5-80.7 -> 69.0-69.1 (0.57 ->
  * 0.67); two groups per compute unit 67.4-68.2 at 65536. Where the launch holds the row it
  * stays: at 32768 the split took 61.9-62.5 against 63.0-63.5, at 16384 60.1-61.7 against
- * 54.4-54.7. */
+ * 54.4-54.7. f32 rows split with two vectors a work-item (the bias's registers) beyond the 1024 × 2
+ * groups that hold 16384 (f32, two runs: 32768 125.5-126.0 -> 114.7-115.1 us, 65536 148.1-148.3
+ * -> 126.1); f16 rows stream (65536 66.4-67.1 -> 83.0-83.4 split). */
 static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd,
                              size_t rows, size_t n, ng_coop *c) {
-  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, 4, 1, 3, c);
+  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, NG_COOP_F32, 4, 1, 3, c);
 }
 
 /* The backward's rows split across groups (ng_layernorm_bwd_coop): slices of 256 × 2 vectors,
@@ -60,11 +62,15 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
  * alone) 102.7-104.0 -> 91.7-92.0 and 105.6 -> 96.8-97.9. The same slices with 264 groups:
  * 105.4-105.8, 115.8-116.5, 99.0-99.1, 106.7-108.0; with 528: 102.2-103.3, 105.5-105.8,
  * 94.5-95.0, 95.5-95.9. 256 × 4 with the weight in local memory where it fits beside the
- * sums (dB alone): 96.3-96.7 and 96.4-97.0. */
+ * sums (dB alone): 96.3-96.7 and 96.4-97.0. f32 rows split with half the vectors (the same
+ * register bytes), f16 rows as bf16's (whole backward, column split -> split, two runs: f32 with
+ * dW and dB 32768 247 -> 196 us, 65536 247 -> 186, dB alone 241-242 -> 185-187, 242 -> 180; f16
+ * at 65536 147 -> 105, dB alone 143-144 -> 92-93). */
+#define LN_COOP_X (NG_COOP_F32 | NG_COOP_F16)
 static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                          size_t n, ng_coop *c) {
-  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, 2, 2, 3, c) ||
-         ng_coop_plan(ctx, l, xd, rows, n, 0, c);
+  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, LN_COOP_X, 2, 2, 3, c) ||
+         ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
 }
 
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
@@ -172,15 +178,20 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, bytes);
-  /* the split rows' own slices (ln_coop_plan): bf16 vector rows */
-  const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
-                                                 ng_bwd_mode(true, NG_BF16));
-  ng_coop c;
-  size_t b = 0;
-  if (s == NG_SUCCESS && ln_coop_plan(ctx, &l, NG_BF16, p->rows, p->n, &c))
-    s = ng_coop_partials(&c, p->n, sections, &b);
-  if (b > *bytes) *bytes = b;
+  s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, LN_COOP_X,
+                              bytes);
+  /* the split rows' own slices (ln_coop_plan): vector rows, bf16 (f16 rows take its plan) or
+   * f32, whose launch may hold fewer vectors */
+  const ng_dtype xds[] = {NG_BF16, NG_F32};
+  for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
+    const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
+                                                   ng_bwd_mode(true, xds[i]));
+    ng_coop c;
+    size_t b = 0;
+    if (ln_coop_plan(ctx, &l, xds[i], p->rows, p->n, &c))
+      s = ng_coop_partials(&c, p->n, sections, &b);
+    if (b > *bytes) *bytes = b;
+  }
   return s;
 }
 

@@ -82,12 +82,32 @@ static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw)
 /* bf16 rows beyond 512 vectors split across groups, though a 1024-wide group holds twice that
  * (H100, N = 16384, 2048 rows: 99.4-100.0 -> 97.1 us with dW, 97.4-98.0 -> 96.3 weight frozen) */
 #define PN_COOP_HOLD 512
+/* f32 rows split with two vectors a work-item beyond 1024 vectors, f16 rows as bf16's (H100,
+ * rows·N = 2^25, two runs, with dW: f32 16384 227 -> 163 us, 32768 219-221 -> 172, 65536 246 ->
+ * 192, frozen 212 -> 160-161, 202-206 -> 169-170, 241 -> 186, but 8192 154-155 -> 159; f16 8192
+ * 86 -> 84-85, 16384 87-88 -> 84, 65536 107-109 -> 89, frozen 85-86 -> 85, 86-88 -> 84-85,
+ * 110 -> 89). */
+#define PN_COOP_X (NG_COOP_F32 | NG_COOP_F16)
+#define PN_COOP_F32_FROM 1024
 
 /* The forward splits bf16 rows beyond 1024 vectors across groups (ng_polynorm_fwd_coop), though
  * its 1024-wide groups hold 2048 (H100, bf16, rows·N = 2^25, three or four runs: 16384 62.1-62.5
  * -> 58.4-58.8 us; 32768 73.8-74.8 -> 60.3-61.4 and 65536 66.1-66.8 -> 63.3-64.3, rows the
  * launch streams) */
 #define PN_FWD_COOP_HOLD 1024
+/* f32 rows split with bf16's four vectors a work-item beyond what the launch holds (65536 142 ->
+ * 131-132 us, 32768 even at 123-124, but 16384 117.5 -> 122-123; with two vectors 32768 lost, 124
+ * -> 134); f16 rows stream (65536 even, 61 us). */
+#define PN_FWD_COOP_X NG_COOP_F32_FULL
+#define PN_FWD_COOP_F32_FROM 2048
+
+/* The plan of the backward's (bwd) or the forward's rows split across groups, if they split. */
+static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
+                      size_t n, bool bwd, ng_coop *c) {
+  if (xd == NG_F32 && n / 8 <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
+  return bwd ? ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X, c)
+             : ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
+}
 
 /* The row launch of the forward (bwd false) or of the backward and its scratch query (the group
  * count, which sizes the partials, does not depend on alignment). */
@@ -122,10 +142,11 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok, false);
-  /* long bf16 rows split across groups, when this queue gets a counter area */
+  /* long rows split across groups, when this queue gets a counter area */
   ng_coop cp;
-  cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, PN_FWD_COOP_HOLD, &cp, &sync);
+  cl_mem sync = NULL;
+  if (coop_plan(ctx, &l, x.dtype, p->rows, p->n, false, &cp))
+    s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   ng_opts o;
   fwd_opts(&o, &l, sync ? &cp : NULL, x.dtype);
@@ -165,9 +186,10 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   if (s != NG_SUCCESS) return s;
   const ng_row_launch l = launch(ctx, p, true, true);
   *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
-  ng_coop c; /* bf16 rows may be split across groups instead */
+  ng_coop c; /* rows may be split across groups instead: bf16's plan has the most sets (f16 rows
+              * take it, f32 rows more slices of the same launch) */
   size_t b = 0;
-  if (ng_coop_plan(ctx, &l, NG_BF16, p->rows, p->n, PN_COOP_HOLD, &c))
+  if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, &c))
     s = coop_scratch(&c, compute_dweight != 0, compute_dbias != 0, &b);
   if (b > *bytes) *bytes = b;
   return s;
@@ -235,11 +257,12 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                       ng_vec_aligned(ctx, dx, p->n, 8);
   const ng_row_launch l = launch(ctx, p, vec_ok, true);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
-  /* long bf16 rows split across groups (frozen or not, so that dx has the same bits), when this
+  /* long rows split across groups (frozen or not, so that dx has the same bits), when this
    * queue gets a counter area */
   ng_coop cp;
-  cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, PN_COOP_HOLD, &cp, &sync);
+  cl_mem sync = NULL;
+  if (coop_plan(ctx, &l, x.dtype, p->rows, p->n, true, &cp))
+    s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   if (sync) {
     s = coop_backward(ctx, queue, p, &cp, sync, dy, x, weight, rstd, dx, dweight, dbias, acc,
@@ -307,13 +330,14 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
           ng_coop cf; /* the forward's rows split across groups */
           if (v == 0)
             fwd_opts(&o, &lf,
-                     ng_coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, PN_FWD_COOP_HOLD, &cf)
+                     coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, false, &cf)
                          ? &cf
                          : NULL,
                      fl[xi]);
           else pass_opts(&o, &lb, fl[xi], true, (v - 1) & 1, (v - 1) >> 1);
           ng_coop cp; /* rows split across groups: instead of lb, never with FUSED_RED */
-          if (v > 0 && ng_coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, PN_COOP_HOLD, &cp)) {
+          if (v > 0 &&
+              coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, true, &cp)) {
             for (size_t wi = 0; wi < (v > 1 ? NG_ARRAY_LEN(fl) : 1) && s == NG_SUCCESS; wi++) {
               coop_opts(&o, &cp, fl[xi], (v - 1) & 1, (v - 1) >> 1, fl[wi]);
               s = fn(ctx, "polynorm", &o, user);

@@ -71,6 +71,10 @@ static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
  * 56.2-57.1), not the fused add's, where it measured slower (32768 106.1-107.0 -> 116.0-116.5,
  * 65536 111.8-112.9 -> 115.1-116.5; neither narrower slices nor larger grids won it back). */
 static bool fwd_coop(bool fused) { return !fused; }
+/* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
+ * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
+ * even at 121; with two vectors 32768 lost, 122 -> 132; f16 65536 60.3-60.6 -> 58.0-58.6). */
+#define FWD_COOP_X (NG_COOP_F32_FULL | NG_COOP_F16)
 
 /* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
 static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
@@ -94,11 +98,12 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
   const ng_row_launch l =
       ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", p->rows, p->n,
                              vec_ok, false);
-  /* RMSNorm's bf16 rows beyond the launch's registers split across groups, when this queue gets
+  /* RMSNorm's rows beyond the launch's registers split across groups, when this queue gets
    * a counter area (fwd_coop says why not the fused add's) */
   ng_coop cp;
   cl_mem sync = NULL;
-  if (fwd_coop(fused)) s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, &cp, &sync);
+  if (fwd_coop(fused))
+    s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, FWD_COOP_X, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   ng_opts o;
@@ -157,6 +162,12 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
  * ds_out lost there, 89.7 -> 104.8 us with dW). */
 #define FA_DS_COOP_HOLD 1024
 static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_DS_COOP_HOLD : 0; }
+/* The backward's f32 rows split with two vectors a work-item (H100, rows·N = 2^25, whole
+ * backward, column split or rows streamed twice -> split, two runs: RMSNorm with dW 32768
+ * 242 -> 175 us, 65536 242 -> 193, frozen 200 -> 175, 229 -> 193; fused add 283 -> 225, 284 -> 222,
+ * frozen 258 -> 225, 272 -> 225); RMSNorm's f16 rows too (65536: 140-142 -> 93, frozen 111 ->
+ * 80), not the fused add's (157 -> 197, frozen 137 -> 175). */
+static unsigned coop_x(bool fused) { return fused ? NG_COOP_F32 : NG_COOP_F32 | NG_COOP_F16; }
 
 /* The tuned-table kind of a backward launch. */
 static const char *rms_kind(bool fused, bool compute_dw) {
@@ -173,7 +184,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
   return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1,
-                                 coop_hold(fused, true), bytes);
+                                 coop_hold(fused, true), coop_x(fused), bytes);
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -232,8 +243,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
   cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, coop_hold(fused, has_ds), &cp,
-                    &sync);
+  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, coop_hold(fused, has_ds),
+                    coop_x(fused), &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
@@ -395,7 +406,8 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
               const bool coop = (pass > 0 || fwd_coop(fused)) &&
                                 ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
-                                             coop_hold(fused, ds != 0), &cp);
+                                             coop_hold(fused, ds != 0),
+                                             pass == 0 ? FWD_COOP_X : coop_x(fused), &cp);
               const bool fused_red = pass == 2 && !coop && fuse_ok(ctx, ds != 0) &&
                                      ng_fused_wanted(ctx, &l, n, 1) &&
                                      !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
