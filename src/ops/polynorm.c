@@ -104,7 +104,7 @@ static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw)
 /* The plan of the backward's (bwd) or the forward's rows split across groups, if they split. */
 static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                       size_t n, bool bwd, ng_coop *c) {
-  if (xd == NG_F32 && n / 8 <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
+  if (xd == NG_F32 && n / l->vec <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
   return bwd ? ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X, c)
              : ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
 }
