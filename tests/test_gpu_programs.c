@@ -6,7 +6,8 @@
  * driver that checks local memory at build time refuses the whole program when any one kernel
  * exceeds it. The local arrays grow with the launch (WG·REG·VEC), so the programs checked are
  * those of each op's widest launches of bf16 rows and f32 weights, held and split across groups,
- * as the ops' own variant lists give them for an emulated 132-unit GPU. */
+ * and the split ones of f32 and f16 rows, as the ops' own variant lists give them for an
+ * emulated 132-unit GPU. */
 #include "ng_internal.h"
 #include "ng_test.h"
 
@@ -43,15 +44,22 @@ typedef struct checked {
 static ng_status check_program(ng_context *ctx, const char *program, const ng_opts *o,
                                void *user) {
   checked *ck = user;
-  /* bf16 rows, f32 weights (or none), the widest vectors, and work-groups of 256 and more */
-  if (opt_value(o, "DTYPE", -1) != NG_BF16 || opt_value(o, "W_DTYPE", NG_F32) != NG_F32 ||
-      opt_value(o, "G_DTYPE", NG_F32) != NG_F32 || opt_value(o, "B_DTYPE", NG_F32) != NG_F32 ||
-      opt_value(o, "VEC", 0) != 8 || opt_value(o, "WG", 0) < 256)
+  /* f32 weights (or none), the widest vectors, and work-groups of 256 and more */
+  if (opt_value(o, "W_DTYPE", NG_F32) != NG_F32 || opt_value(o, "G_DTYPE", NG_F32) != NG_F32 ||
+      opt_value(o, "B_DTYPE", NG_F32) != NG_F32 || opt_value(o, "VEC", 0) != 8 ||
+      opt_value(o, "WG", 0) < 256)
     return NG_SUCCESS;
   const bool widest = opt_value(o, "WG", 0) * opt_value(o, "REG", 1) >= 2048;
   const bool split = opt_value(o, "RMS_BWD_COOP", 0) || opt_value(o, "LN_BWD_COOP", 0) ||
                      opt_value(o, "LN_FWD_COOP", 0) ||
                      (!strcmp(program, "polynorm") && opt_value(o, "REG", 0));
+  /* bf16 rows; split programs of f32 and f16 rows too (f32 slices hold half the vectors, or
+   * in a forward as many, of wider values), those with every gradient, which hold the most
+   * local memory (each costs PoCL seconds to build) */
+  const long long xd = opt_value(o, "DTYPE", -1);
+  if (xd != NG_BF16 && !(split && (xd == NG_F32 || xd == NG_F16) &&
+                         opt_value(o, "COMPUTE_DW", 1) && opt_value(o, "COMPUTE_DB", 1)))
+    return NG_SUCCESS;
   /* the backward programs of the widest held launches, and every split program */
   if (!split && !(widest && opt_value(o, "COMPUTE_DW", -1) >= 0)) return NG_SUCCESS;
   char key[520];
