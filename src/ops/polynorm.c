@@ -330,14 +330,11 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
           ng_coop cf; /* the forward's rows split across groups */
           if (v == 0)
             fwd_opts(&o, &lf,
-                     coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, false, &cf)
-                         ? &cf
-                         : NULL,
+                     coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, false, &cf) ? &cf : NULL,
                      fl[xi]);
           else pass_opts(&o, &lb, fl[xi], true, (v - 1) & 1, (v - 1) >> 1);
           ng_coop cp; /* rows split across groups: instead of lb, never with FUSED_RED */
-          if (v > 0 &&
-              coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, true, &cp)) {
+          if (v > 0 && coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, true, &cp)) {
             for (size_t wi = 0; wi < (v > 1 ? NG_ARRAY_LEN(fl) : 1) && s == NG_SUCCESS; wi++) {
               coop_opts(&o, &cp, fl[xi], (v - 1) & 1, (v - 1) >> 1, fl[wi]);
               s = fn(ctx, "polynorm", &o, user);
