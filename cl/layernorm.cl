@@ -917,7 +917,8 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
                       __global const WT *w, ulong w_off, __global const float *mean,
                       ulong mean_off, __global const float *rstd, ulong rstd_off,
                       __global XT *dx, ulong dx_off, __global float *part, ulong part_off,
-                      uint rows, uint n, __global volatile uint *sync, ulong sync_off, uint S) {
+                      uint rows, uint n, __global volatile uint *sync, ulong sync_off, uint S,
+                      NG_COOP_RED_ARGS) {
 #if WG > 1 && LN_BWD_COOP
   __local float2 red[WG];
   __local float4 total;
@@ -1013,12 +1014,22 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
   (void)part;
   (void)part_off;
 #endif
+#if FUSED_RED && NEED_PART
+  /* the sets' partial rows summed here rather than by a separate launch */
+  __global const float *pw = part + part_off;
+  ng_coop_reduce(sync, sets, &tk, pw, n, pw + (COMPUTE_DW ? (ulong)sets * n : 0), n, COMPUTE_DW,
+                 COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,
+                 (__local float *)red, 2);
+#else
+  NG_COOP_RED_UNUSED();
   (void)ng_coop_leave(sync, sets, &tk);
+#endif
 #else
   /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
   (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)mean, (void)mean_off;
   (void)rstd, (void)rstd_off, (void)dx, (void)dx_off, (void)part, (void)part_off, (void)rows;
   (void)n, (void)sync, (void)sync_off, (void)S;
+  NG_COOP_RED_UNUSED();
 #endif
 }
 #undef LN_G

@@ -697,7 +697,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
          __global XT *dx, ulong dx_off, __global float *part, ulong part_off, uint rows, uint n,
-         float offset, int mode, __global volatile uint *sync, ulong sync_off, uint S
+         float offset, int mode, __global volatile uint *sync, ulong sync_off, uint S,
+         NG_COOP_RED_ARGS
 #if HAS_DS
          , __global const XT *ds, ulong ds_off
 #endif
@@ -801,12 +802,21 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   (void)part_off;
   (void)mode;
 #endif
+#if FUSED_RED && COMPUTE_DW
+  /* the sets' partial rows summed here rather than by a separate launch */
+  ng_coop_reduce(sync, sets, &tk, part + part_off, n, part, 0, true, false, fdw + fdw_off, fdb,
+                 facc, fcw, freducers, red, 1);
+  (void)fdb_off;
+#else
+  NG_COOP_RED_UNUSED();
   (void)ng_coop_leave(sync, sets, &tk);
+#endif
 #else
   /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
   (void)dy, (void)dy_off, (void)x, (void)x_off, (void)w, (void)w_off, (void)rstd, (void)rstd_off;
   (void)dx, (void)dx_off, (void)part, (void)part_off, (void)rows, (void)n, (void)offset;
   (void)mode, (void)sync, (void)sync_off, (void)S;
+  NG_COOP_RED_UNUSED();
 #if HAS_DS
   (void)ds, (void)ds_off;
 #endif

@@ -196,7 +196,10 @@ typedef enum ng_tune {
                               (RMSNorm, fused add, LayerNorm, PolyNorm; docs/tuning.md) and
                               RMSNorm's and PolyNorm's forward of them, 1 / 2 =
                               rows split across work-groups off / on (AUTO: on NVIDIA);
-                              GPU-shaped launches only, not in the tuned table */
+                              3 = as 2, but the split backward's parameter partials
+                              (RMSNorm, fused add, LayerNorm) summed by the separate kernel
+                              (AUTO: so for LayerNorm, in the split kernel for the other two,
+                              on NVIDIA); GPU-shaped launches only, not in the tuned table */
 } ng_tune;
 NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value);
 

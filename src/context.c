@@ -246,8 +246,10 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
       return ng_fail(NG_ERR_INVALID_VALUE, "prefetch %u must be 1 (off) or 2 (on)", value);
     break;
   case NG_TUNE_FUSED_REDUCE:
-    if (value > 2)
-      return ng_fail(NG_ERR_INVALID_VALUE, "fused reduce %u must be 1 (off) or 2 (on)", value);
+    if (value > 3)
+      return ng_fail(NG_ERR_INVALID_VALUE,
+                     "fused reduce %u must be 1 (off), 2 (on) or 3 (on but for split rows' "
+                     "partials)", value);
     ctx->fused_reduce = value;
     return NG_SUCCESS;
   default:
@@ -475,7 +477,7 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
 bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
                         size_t rows, size_t n, size_t hold, unsigned xflags, unsigned reg,
                         unsigned lslots, unsigned per_cu, ng_coop *c) {
-  const bool want = ctx->fused_reduce ? ctx->fused_reduce == 2 : ctx->info.nv_shfl;
+  const bool want = ctx->fused_reduce ? ctx->fused_reduce >= 2 : ctx->info.nv_shfl;
   if (!want || l->wg < 2 || l->vec != 8) return false;
   /* Which dtypes split is the op's (xflags), from what measured faster: f16 lost in the fused
    * add and LayerNorm's forward (H100, 65536: 157 -> 197 us, 67 -> 83), f32 in RMSNorm's and
@@ -549,36 +551,43 @@ size_t ng_max_waiting_groups(const ng_context *ctx) {
   return cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
 }
 
-/* Sequential rounds of eight loads a reducer's thread makes when the partial rows are summed in
- * blocks of cw columns (cl/ng_common.clh: four columns a thread, 4·wg / cw slices of rows), with
- * the blocks shared among at most cmax reducers (*reducers: how many). */
+/* Sequential rounds of f loads (8, or NG_COOP_RED_F) a reducer's thread makes when the partial
+ * rows are summed in blocks of cw columns (cl/ng_common.clh: four columns a thread, 4·wg / cw
+ * slices of rows), with the blocks shared among at most cmax reducers (*reducers: how many). */
 static size_t fused_rounds(size_t groups, size_t wg, size_t ncols, size_t sections, size_t cmax,
-                           size_t cw, size_t *reducers) {
+                           size_t cw, size_t f, size_t *reducers) {
   const size_t blocks = sections * ((ncols + cw - 1) / cw);
   *reducers = blocks < cmax ? blocks : cmax;
   const size_t per = (blocks + *reducers - 1) / *reducers;
   const size_t slices = 4 * wg / cw, chain = (groups + slices - 1) / slices;
-  return per * ((chain + 7) / 8);
+  return per * ((chain + f - 1) / f);
 }
 
-/* Blocks and reducers of an in-kernel reduction: at most ng_max_waiting_groups reducers, blocks
- * of cw columns, a power of two from 8 (a 32-byte sector a row; 4 for shorter rows) to 4·wg,
- * whichever takes the fewest rounds of loads (fused_rounds), the widest of equals (fewer
- * blocks, and fewer slices to meet in the tree). */
-static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
-                          size_t sections, size_t *cw_out, size_t *reducers) {
+/* Blocks and reducers of an in-kernel reduction of `rows` partial rows by a grid of `groups`:
+ * at most ng_max_waiting_groups reducers, blocks of cw columns, a power of two from 8 (a 32-byte
+ * sector a row; 4 for shorter rows) to 4·wg, whichever takes the fewest rounds of loads
+ * (fused_rounds), the widest of equals (fewer blocks, and fewer slices to meet in the tree). */
+static size_t fused_shape_of(const ng_context *ctx, size_t rows, size_t groups, size_t wg,
+                             size_t ncols, size_t sections, size_t f, size_t *cw_out,
+                             size_t *reducers) {
   size_t cmax = ng_max_waiting_groups(ctx);
-  if (cmax > l->groups) cmax = l->groups;
+  if (cmax > groups) cmax = groups;
   size_t best = SIZE_MAX, best_cw = 4, best_reducers = 1;
-  for (size_t cw = ncols < 8 ? 4 : 8; cw <= 4 * (size_t)l->wg; cw *= 2) {
+  for (size_t cw = ncols < 8 ? 4 : 8; cw <= 4 * wg; cw *= 2) {
     size_t red;
-    const size_t r = fused_rounds(l->groups, l->wg, ncols, sections, cmax, cw, &red);
+    const size_t r = fused_rounds(rows, wg, ncols, sections, cmax, cw, f, &red);
     if (r <= best) best = r, best_cw = cw, best_reducers = red;
     if (cw >= ncols) break; /* one block covers the row: wider adds nothing */
   }
   *cw_out = best_cw;
   *reducers = best_reducers;
   return best;
+}
+
+/* A row launch's groups each leave a partial row. */
+static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
+                          size_t sections, size_t *cw_out, size_t *reducers) {
+  return fused_shape_of(ctx, l->groups, l->groups, l->wg, ncols, sections, 8, cw_out, reducers);
 }
 
 /* The default sums in the kernel where a reducer's thread makes at most this many rounds of
@@ -602,7 +611,7 @@ static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t 
 bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
                      size_t sections) {
   if (l->wg < 2 || ncols == 0 || sections == 0) return false; /* the CPU shape: separate kernel */
-  if (ctx->fused_reduce) return ctx->fused_reduce == 2;
+  if (ctx->fused_reduce) return ctx->fused_reduce >= 2;
   if (!l->nv_shfl) return false; /* measured on NVIDIA only */
   ng_row_launch full = *l;
   full.groups = l->grid > l->groups ? l->grid : l->groups;
@@ -658,6 +667,32 @@ ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch
   out->cw = (cl_uint)cw;
   out->reducers = (cl_uint)reducers;
   return NG_SUCCESS;
+}
+
+bool ng_coop_fused_wanted(const ng_context *ctx, const ng_coop *c, size_t ncols,
+                          size_t sections, bool by_default) {
+  if (c->l.wg < 2 || ncols == 0 || sections == 0) return false;
+  if (ctx->fused_reduce) return ctx->fused_reduce == 2;
+  return by_default && c->l.nv_shfl; /* measured on NVIDIA only */
+}
+
+void ng_coop_fused_plan(const ng_context *ctx, const ng_coop *c, size_t ncols, size_t sections,
+                        bool by_default, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
+  memset(out, 0, sizeof *out);
+  out->dw = dw.mem;
+  out->dw_off = dw.offset;
+  out->db = db.mem;
+  out->db_off = db.offset;
+  out->acc = acc ? 1 : 0;
+  out->cw = 1;
+  out->reducers = 1;
+  if (!ng_coop_fused_wanted(ctx, c, ncols, sections, by_default)) return;
+  size_t cw, reducers;
+  fused_shape_of(ctx, c->sets, c->l.groups, c->l.wg, ncols, sections, NG_COOP_RED_F, &cw,
+                 &reducers);
+  out->on = true;
+  out->cw = (cl_uint)cw;
+  out->reducers = (cl_uint)reducers;
 }
 
 ng_status ng_sync_area(ng_context *ctx, cl_command_queue q, size_t n, cl_mem *mem) {

@@ -82,7 +82,8 @@ struct ng_context {
   struct ng_src_hash *src_hashes; /* per source name, hashed once (guarded by `lock`) */
   uint64_t programs_built, cache_hits, disk_hits;
   ng_disk_cache disk; /* settings and counters guarded by `lock` */
-  unsigned fused_reduce; /* NG_TUNE_FUSED_REDUCE: 0 auto, 1 off, 2 on (not in the tuned table) */
+  unsigned fused_reduce; /* NG_TUNE_FUSED_REDUCE: 0 auto, 1 off, 2 on, 3 on but for the split
+                           rows' partials (not in the tuned table) */
   /* In-kernel reductions' counters (cl/ng_common.clh): two uints per queue, zero between
    * launches, in one buffer made on first use. Each queue seen is retained so that its address
    * cannot name another queue while it is listed. Guarded by `lock`. */
@@ -324,6 +325,24 @@ bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
                         size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
 void ng_fused_release(ng_context *ctx);
+/* Whether split plan c's kernel sums its partials (`sections` rows of ncols per set) itself
+ * (FUSED_RED in its program, ng_coop_reduce): NG_TUNE_FUSED_REDUCE when set, else on NVIDIA
+ * for an op where it measured faster (by_default). Build options depend on it, so the variant
+ * lists call it too. */
+bool ng_coop_fused_wanted(const ng_context *ctx, const ng_coop *c, size_t ncols,
+                          size_t sections, bool by_default);
+/* The plan of that reduction (off when not wanted), over c's sets: as ng_fused_plan's, but the
+ * kernel counts in its own area, so `sync` stays NULL and nothing can fail. */
+void ng_coop_fused_plan(const ng_context *ctx, const ng_coop *c, size_t ncols, size_t sections,
+                        bool by_default, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
+/* Rows in flight per thread of those reducers (NG_RED_F in their programs): they are the last
+ * groups of the grid, at most half the compute units, so each needs more loads in flight than
+ * the held rows' reducers (8) */
+#define NG_COOP_RED_F 16
+/* The kernel arguments NG_COOP_RED_ARGS (cl/ng_common.clh) of such a plan, set on or off. */
+#define NG_COOP_RED_KARGS(f)                                                                       \
+  NG_ARG((f).dw), NG_ARG((f).dw_off), NG_ARG((f).db), NG_ARG((f).db_off), NG_ARG((f).acc),       \
+      NG_ARG((f).cw), NG_ARG((f).reducers)
 /* How many work-groups of one launch may wait for others of it at once: half the compute units
  * (so the groups they wait for have room to run), one on a CPU, where PoCL runs work-groups on
  * as many threads as cores. */

@@ -330,6 +330,8 @@ static void test_context_bad_input(void **state) {
        ng_context_override(e->ctx, NG_TUNE_REG_COLS, 3));
   CASE("override: work-group beyond the device", NG_ERR_INVALID_VALUE, "power of two",
        ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 1u << 30));
+  CASE("override: fused reduce 4", NG_ERR_INVALID_VALUE, "fused reduce",
+       ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 4));
   fixture_free(&f);
 }
 

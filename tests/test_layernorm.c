@@ -375,6 +375,8 @@ static void test_split_rows(void **state) {
   uint64_t seed = 1300;
   for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    /* the split backward's partials summed in its kernel (2) or by the separate kernel (3) */
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, g / 2 % 2 ? 3 : 2));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
       const size_t k = (g * 4 + i) % NG_ARRAY_LEN(configs);
       const ng_dtype xd = (g + i) % 4 == 1 ? NG_F32 : (g + i) % 4 == 3 ? NG_F16 : NG_BF16;
@@ -389,6 +391,7 @@ static void test_split_rows(void **state) {
    * (one slice; eight and four on GPUs) */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
   for (size_t k = 0; k < NG_ARRAY_LEN(configs) + 2; k++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, k % 2 ? 3 : 2));
     const bool wide = k == NG_ARRAY_LEN(configs) + 1;
     const ng_dtype xd = k < NG_ARRAY_LEN(configs) && k % 3 == 1 ? NG_F32 : NG_BF16;
     ln_case c = make_case(wide ? 2 : 9, wide ? 8 * 1000 : 8 * 100, xd, (ng_dtype)(k % 3),

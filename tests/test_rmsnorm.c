@@ -269,6 +269,8 @@ static void test_split_rows(void **state) {
   uint64_t seed = 900;
   for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));
+    /* the split backward's partials summed in its kernel (2) or by the separate kernel (3) */
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, g / 2 % 2 ? 3 : 2));
     for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
       const int wd = wds[(g + i) % 4];
       const bool frozen = wd < 0 || (g + i) % 3 == 2;

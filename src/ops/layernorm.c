@@ -67,6 +67,13 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
  * dW and dB 32768 247 -> 196 us, 65536 247 -> 186, dB alone 241-242 -> 185-187, 242 -> 180; f16
  * at 65536 147 -> 105, dB alone 143-144 -> 92-93). */
 #define LN_COOP_X (NG_COOP_F32 | NG_COOP_F16)
+/* Whether the split kernel sums its sets' partial rows itself by default (ng_coop_reduce), as
+ * RMSNorm's does: no. It measured slower than the separate ng_reduce_partials launch (H200,
+ * bf16, whole backward, two runs: dW + dB 65536 96.7-97.7 -> 100.2-101.5 us, dB alone 65536
+ * 86.3-87.2 -> 88.6-89.5; 32768 even). Its reducers' sums took 6-8 us where RMSNorm's were
+ * hidden (a measurement build without them: 81.4-83.2 us, and with 16 reducers instead of 64
+ * 98.2-98.4); not understood. NG_TUNE_FUSED_REDUCE = 2 still takes it (the tests do). */
+#define LN_COOP_FUSED false
 static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                          size_t n, ng_coop *c) {
   return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, LN_COOP_X, 2, 2, 3, c) ||
@@ -87,6 +94,7 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   ng_opts_add(o, "COMPUTE_DW", dw);
   ng_opts_add(o, "COMPUTE_DB", db);
   if (fused) ng_opts_add(o, "FUSED_RED", 1);
+  if (fused && cp) ng_opts_add(o, "NG_RED_F", NG_COOP_RED_F);
   if (cp) ng_opts_add(o, "LN_BWD_COOP", 1); /* only split programs hold that kernel */
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
@@ -250,9 +258,10 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   else if (partials) s = ng_partials_scratch(ctx, &l, p->rows, p->n, sections, 2, &scratch_bytes);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;
-  if (s == NG_SUCCESS)
-    s = ng_fused_plan(ctx, queue, &l, p->n, split || coop ? 0 : sections, dweight, dbias, acc,
-                      &f);
+  if (coop) /* the split kernel sums its sets' partial rows itself only when forced */
+    ng_coop_fused_plan(ctx, &cp, p->n, sections, LN_COOP_FUSED, dweight, dbias, acc, &f);
+  else if (s == NG_SUCCESS)
+    s = ng_fused_plan(ctx, queue, &l, p->n, split ? 0 : sections, dweight, dbias, acc, &f);
   const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
   const unsigned part_rows = coop ? cp.sets : split ? (unsigned)rgroups : l.groups;
   ng_opts o;
@@ -286,7 +295,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
                             NG_ARG(weight.mem), NG_ARG(wo),  NG_ARG(mean.mem), NG_ARG(mo),
                             NG_ARG(rstd.mem),   NG_ARG(ro),  NG_ARG(dx.mem),   NG_ARG(dxo),
                             NG_ARG(sc.mem),     NG_ARG(po),  NG_ARG(rows),     NG_ARG(n),
-                            NG_ARG(sync),       NG_ARG(sync_off), NG_ARG(slices)};
+                            NG_ARG(sync),       NG_ARG(sync_off), NG_ARG(slices),
+                            NG_COOP_RED_KARGS(f)};
     s = ng_enqueue(ctx, queue, prog, "ng_layernorm_bwd_coop", (size_t)cp.l.groups * cp.l.wg,
                    cp.l.wg, kargs, NG_ARRAY_LEN(kargs), nwait, wait, sep_reduce ? NULL : event);
     clReleaseMemObject(sync);
@@ -343,7 +353,7 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(true, xd));
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
-        ng_coop cz, cpp; /* rows split across groups: instead of lz / lp, never FUSED_RED */
+        ng_coop cz, cpp; /* rows split across groups: instead of lz / lp */
         const bool coop = ln_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, &cz) &&
                           ln_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, &cpp);
         ng_coop cf; /* the forward's, instead of lf */
@@ -361,8 +371,9 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
               const bool part = dw || db;
               const ng_row_launch *l = part ? &lp : &lz;
               const ng_coop *c = coop ? (part ? &cpp : &cz) : NULL;
-              const bool fused = part && !split && !coop &&
-                                 ng_fused_wanted(ctx, l, n, (dw ? 1u : 0u) + (db ? 1u : 0u));
+              const size_t sec = (dw ? 1u : 0u) + (db ? 1u : 0u);
+              const bool fused = c ? ng_coop_fused_wanted(ctx, c, n, sec, LN_COOP_FUSED)
+                                   : part && !split && ng_fused_wanted(ctx, l, n, sec);
               bwd_opts(&o, ctx, l, c, xd, wi >= 0 ? (int)fl[wi] : -1, dw, db, fused,
                        bi >= 0 ? fl[bi] : NG_F32);
               s = fn(ctx, "layernorm", &o, user);

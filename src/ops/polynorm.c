@@ -71,7 +71,7 @@ static void fused_opts(ng_opts *o, bool on, ng_dtype w_dtype) {
  * us, where with dW 92.0 -> 87.7). */
 static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw) {
   if (ctx->info.type & CL_DEVICE_TYPE_CPU) return false;
-  return ng_fused_wanted(ctx, l, 3, 1) && (dw || ctx->fused_reduce == 2);
+  return ng_fused_wanted(ctx, l, 3, 1) && (dw || ctx->fused_reduce >= 2);
 }
 
 

@@ -43,6 +43,7 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
+  if (fused_red && cp) ng_opts_add(o, "NG_RED_F", NG_COOP_RED_F);
   /* dy and x in their storage bits where the registers are shortest: measured on the H100
    * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68). Not elsewhere, where
    * the compiler's schedule came out slower (fused 8192 with dW 0.82 -> 0.71; frozen 32768,
@@ -200,7 +201,7 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
  * 81.1-83.2; with the reducers' loads taken out, a measurement build, 4096 still took 119.3: the
  * time goes to the groups' arrival, not to the sums). */
 static bool fuse_ok(const ng_context *ctx, bool has_ds) {
-  return !has_ds || ctx->fused_reduce == 2;
+  return !has_ds || ctx->fused_reduce >= 2;
 }
 
 /* Backward; `x` is the normalized input (s for the fused op), ds_out (optional) is added to dx. */
@@ -255,9 +256,12 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   else if (compute_dw) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &scratch_bytes);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   ng_fused f;
-  if (s == NG_SUCCESS)
+  if (coop) /* the split kernel sums its sets' partial rows itself where that is wanted */
+    ng_coop_fused_plan(ctx, &cp, p->n, compute_dw ? 1 : 0, true, dweight, ng_tensor_none(), acc,
+                       &f);
+  else if (s == NG_SUCCESS)
     s = ng_fused_plan(ctx, queue, &l, p->n,
-                      compute_dw && !split && !coop && fuse_ok(ctx, has_ds) ? 1 : 0, dweight,
+                      compute_dw && !split && fuse_ok(ctx, has_ds) ? 1 : 0, dweight,
                       ng_tensor_none(), acc, &f);
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
@@ -294,7 +298,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                             NG_ARG(dx.mem),     NG_ARG(dxo),      NG_ARG(sc.mem),   NG_ARG(po),
                             NG_ARG(rows),       NG_ARG(n),        NG_ARG(off),      NG_ARG(mode),
                             NG_ARG(sync),       NG_ARG(sync_off), NG_ARG(slices),
-                            NG_ARG(ds_out.mem), NG_ARG(dso)};
+                            NG_COOP_RED_KARGS(f), NG_ARG(ds_out.mem), NG_ARG(dso)};
     s = ng_enqueue(ctx, queue, prog,
                    has_ds ? "ng_fused_add_rmsnorm_bwd_coop" : "ng_rmsnorm_bwd_coop",
                    (size_t)cp.l.groups * cp.l.wg, cp.l.wg, kargs,
@@ -403,14 +407,15 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
-              ng_coop cp; /* rows split across groups: instead of l, never with FUSED_RED */
+              ng_coop cp; /* rows split across groups: instead of l */
               const bool coop = (pass > 0 || fwd_coop(fused)) &&
                                 ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
                                              coop_hold(fused, ds != 0),
                                              pass == 0 ? FWD_COOP_X : coop_x(fused), &cp);
-              const bool fused_red = pass == 2 && !coop && fuse_ok(ctx, ds != 0) &&
-                                     ng_fused_wanted(ctx, &l, n, 1) &&
-                                     !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg);
+              const bool fused_red =
+                  pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
+                                     : fuse_ok(ctx, ds != 0) && ng_fused_wanted(ctx, &l, n, 1) &&
+                                           !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg));
               ng_opts o;
               if (pass == 0) fwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, fused);
               else bwd_opts(&o, &l, coop ? &cp : NULL, fl[xi], has_w, wd, pass == 2, ds != 0,
