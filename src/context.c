@@ -643,8 +643,8 @@ static int sync_slot(ng_context *ctx, cl_command_queue q, ng_status *s) {
   return (int)ctx->n_sync_queues++;
 }
 
-ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
-                        size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
+/* A plan that is off, with the gradients' arguments set (the kernels take them either way). */
+static void fused_off(ng_fused *out, ng_tensor dw, ng_tensor db, bool acc) {
   memset(out, 0, sizeof *out);
   out->dw = dw.mem;
   out->dw_off = dw.offset;
@@ -653,6 +653,18 @@ ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch
   out->acc = acc ? 1 : 0;
   out->cw = 1;
   out->reducers = 1;
+}
+
+/* A plan turned on: blocks of cw columns summed by `reducers` groups. */
+static void fused_on(ng_fused *out, size_t cw, size_t reducers) {
+  out->on = true;
+  out->cw = (cl_uint)cw;
+  out->reducers = (cl_uint)reducers;
+}
+
+ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
+                        size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
+  fused_off(out, dw, db, acc);
   if (!ng_fused_wanted(ctx, l, ncols, sections)) return NG_SUCCESS;
   ng_status s;
   pthread_mutex_lock(&ctx->lock);
@@ -661,11 +673,9 @@ ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch
   if (slot < 0) return s;
   size_t cw, reducers;
   fused_shape(ctx, l, ncols, sections, &cw, &reducers);
-  out->on = true;
+  fused_on(out, cw, reducers);
   out->sync = ctx->sync_buf;
   out->sync_off = 2 * (cl_ulong)slot;
-  out->cw = (cl_uint)cw;
-  out->reducers = (cl_uint)reducers;
   return NG_SUCCESS;
 }
 
@@ -678,21 +688,12 @@ bool ng_coop_fused_wanted(const ng_context *ctx, const ng_coop *c, size_t ncols,
 
 void ng_coop_fused_plan(const ng_context *ctx, const ng_coop *c, size_t ncols, size_t sections,
                         bool by_default, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
-  memset(out, 0, sizeof *out);
-  out->dw = dw.mem;
-  out->dw_off = dw.offset;
-  out->db = db.mem;
-  out->db_off = db.offset;
-  out->acc = acc ? 1 : 0;
-  out->cw = 1;
-  out->reducers = 1;
+  fused_off(out, dw, db, acc);
   if (!ng_coop_fused_wanted(ctx, c, ncols, sections, by_default)) return;
   size_t cw, reducers;
   fused_shape_of(ctx, c->sets, c->l.groups, c->l.wg, ncols, sections, NG_COOP_RED_F, &cw,
                  &reducers);
-  out->on = true;
-  out->cw = (cl_uint)cw;
-  out->reducers = (cl_uint)reducers;
+  fused_on(out, cw, reducers);
 }
 
 ng_status ng_sync_area(ng_context *ctx, cl_command_queue q, size_t n, cl_mem *mem) {
