@@ -584,10 +584,25 @@ static size_t fused_shape_of(const ng_context *ctx, size_t rows, size_t groups, 
   return best;
 }
 
+/* Rows in flight per reducer thread of a held-row launch: 16 where the grid has two groups per
+ * compute unit (more than one, at most two), else 8. H100, bf16, whole backward with dW, old and
+ * new binaries alternating, two runs: at 4096 (264 groups of 256 x 2) RMSNorm 81.2-81.8 ->
+ * 79.4-79.5 us, LayerNorm's dB alone 81.0-82.0 -> 78.3-79.6, LayerNorm's dW + dB, which then
+ * goes in-kernel (3 rounds instead of 5), 84.4-84.9 -> 82.0-83.0. With 16 at 2048 (528 groups)
+ * RMSNorm took 78.9-79.3 -> 98.8-99.4 us and LayerNorm 83.2-83.9 -> 101.0-102.6; at 8192 and
+ * 16384 (132 groups) it was even or up to 1.4 us slower (LayerNorm's dW + dB at 16384, then
+ * in-kernel, 95.4-96.0 -> 95.9-97.4). Taken on the grid before the cap at the row count, as the
+ * rounds are, since the kernel is built with it (NG_RED_F). */
+unsigned ng_fused_rows_in_flight(const ng_context *ctx, const ng_row_launch *l) {
+  const size_t g = l->grid > l->groups ? l->grid : l->groups, cu = ctx->info.compute_units;
+  return g > cu && g <= 2 * cu ? 16u : 8u;
+}
+
 /* A row launch's groups each leave a partial row. */
 static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
                           size_t sections, size_t *cw_out, size_t *reducers) {
-  return fused_shape_of(ctx, l->groups, l->groups, l->wg, ncols, sections, 8, cw_out, reducers);
+  return fused_shape_of(ctx, l->groups, l->groups, l->wg, ncols, sections,
+                        ng_fused_rows_in_flight(ctx, l), cw_out, reducers);
 }
 
 /* The default sums in the kernel where a reducer's thread makes at most this many rounds of

@@ -325,6 +325,8 @@ bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
                         size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
 void ng_fused_release(ng_context *ctx);
+/* NG_RED_F of a held-row launch's program with FUSED_RED: its reducers' rows in flight. */
+unsigned ng_fused_rows_in_flight(const ng_context *ctx, const ng_row_launch *l);
 /* Whether split plan c's kernel sums its partials (`sections` rows of ncols per set) itself
  * (FUSED_RED in its program, ng_coop_reduce): NG_TUNE_FUSED_REDUCE when set, else on NVIDIA
  * for an op where it measured faster (by_default). Build options depend on it, so the variant

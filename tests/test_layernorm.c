@@ -336,7 +336,8 @@ static void test_fused_reduce(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   ng_test_fused_reduce_shape(e->ctx, 64, 2);
-  const unsigned groups[] = {1, 5, 40};
+  /* the last: two per compute unit, where the reducers keep 16 rows in flight */
+  const unsigned groups[] = {1, 5, 40, ng_test_two_per_cu()};
   const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
   const size_t configs[] = {0, 1, 2, 5, 8, 11}; /* both, both +=, dB (W frozen), dW +=, W alone +=, B alone += */
   uint64_t seed = 900;

@@ -232,7 +232,8 @@ static void test_fused_reduce(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   ng_test_fused_reduce_shape(e->ctx, 64, 2);
-  const unsigned groups[] = {1, 5, 40};
+  /* the last: two per compute unit, where the reducers keep 16 rows in flight */
+  const unsigned groups[] = {1, 5, 40, ng_test_two_per_cu()};
   const size_t shapes[][2] = {{50, 1000}, {33, 77}, {300, 8}, {1, 1024}};
   const ng_dtype wds[] = {NG_F32, NG_BF16, NG_F16};
   uint64_t seed = 700;

@@ -88,13 +88,15 @@ static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype
 static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
                      const ng_coop *cp, ng_dtype xd, int wd, bool dw, bool db, bool fused,
                      ng_dtype gd) {
+  /* the reducers' rows in flight (NG_RED_F) */
+  const unsigned red_f = cp ? NG_COOP_RED_F : ng_fused_rows_in_flight(ctx, l);
   if (cp) l = &cp->l;
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, wd >= 0, wd >= 0 ? (ng_dtype)wd : NG_F32);
   ng_opts_add(o, "COMPUTE_DW", dw);
   ng_opts_add(o, "COMPUTE_DB", db);
   if (fused) ng_opts_add(o, "FUSED_RED", 1);
-  if (fused && cp) ng_opts_add(o, "NG_RED_F", NG_COOP_RED_F);
+  if (fused) ng_opts_add(o, "NG_RED_F", red_f);
   if (cp) ng_opts_add(o, "LN_BWD_COOP", 1); /* only split programs hold that kernel */
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);

@@ -58,9 +58,11 @@ static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes)
 
 /* With the in-kernel reduction the gradients' dtype is built in (G_DTYPE); the weight's dtype is
  * otherwise a kernel argument. */
-static void fused_opts(ng_opts *o, bool on, ng_dtype w_dtype) {
+static void fused_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l, bool on,
+                       ng_dtype w_dtype) {
   if (!on) return;
   ng_opts_add(o, "FUSED_RED", 1);
+  ng_opts_add(o, "NG_RED_F", ng_fused_rows_in_flight(ctx, l));
   ng_opts_add(o, "G_DTYPE", w_dtype);
 }
 
@@ -279,7 +281,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   const bool sep_reduce = (compute_dw || compute_db) && !f.on;
   ng_opts o;
   pass_opts(&o, &l, x.dtype, true, compute_dw, compute_db);
-  fused_opts(&o, f.on, weight.dtype);
+  fused_opts(&o, ctx, &l, f.on, weight.dtype);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, weight.dtype, &rprog);
@@ -343,7 +345,7 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
             /* with partials: the gradients' dtype too */
             for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
               ng_opts of = o;
-              fused_opts(&of, true, fl[wi]);
+              fused_opts(&of, ctx, &lb, true, fl[wi]);
               s = fn(ctx, "polynorm", &of, user);
             }
           } else {

@@ -34,8 +34,11 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w
 
 /* cp: the plan of rows split across groups (ng_rmsnorm_bwd_coop), or NULL for launch l; only
  * its programs hold that kernel (RMS_BWD_COOP, cl/rmsnorm.cl says why). */
-static void bwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_dtype xd,
-                     bool has_w, ng_dtype wd, bool compute_dw, bool has_ds, bool fused_red) {
+static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
+                     const ng_coop *cp, ng_dtype xd, bool has_w, ng_dtype wd, bool compute_dw,
+                     bool has_ds, bool fused_red) {
+  /* the reducers' rows in flight (NG_RED_F) */
+  const unsigned red_f = cp ? NG_COOP_RED_F : ng_fused_rows_in_flight(ctx, l);
   if (cp) l = &cp->l;
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, has_w, wd);
@@ -43,7 +46,7 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
-  if (fused_red && cp) ng_opts_add(o, "NG_RED_F", NG_COOP_RED_F);
+  if (fused_red) ng_opts_add(o, "NG_RED_F", red_f);
   /* dy and x in their storage bits where the registers are shortest: measured on the H100
    * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68). Not elsewhere, where
    * the compiler's schedule came out slower (fused 8192 with dW 0.82 -> 0.71; frozen 32768,
@@ -265,7 +268,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                       ng_tensor_none(), acc, &f);
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
-  bwd_opts(&o, &l, coop ? &cp : NULL, x.dtype, weight.mem != NULL, weight.dtype, compute_dw,
+  bwd_opts(&o, ctx, &l, coop ? &cp : NULL, x.dtype, weight.mem != NULL, weight.dtype, compute_dw,
            has_ds, f.on);
   cl_program prog, rprog = NULL;
   if (s == NG_SUCCESS) s = ng_get_program(ctx, "rmsnorm", &o, &prog);
@@ -418,7 +421,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
                                            !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg));
               ng_opts o;
               if (pass == 0) fwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, fused);
-              else bwd_opts(&o, &l, coop ? &cp : NULL, fl[xi], has_w, wd, pass == 2, ds != 0,
+              else bwd_opts(&o, ctx, &l, coop ? &cp : NULL, fl[xi], has_w, wd, pass == 2, ds != 0,
                             fused_red);
               if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
             }

@@ -47,6 +47,13 @@ void ng_test_fused_reduce_shape(ng_context *ctx, unsigned wg, unsigned reg) {
   NG_OK(ng_context_override(ctx, NG_TUNE_REG_COLS, reg));
 }
 
+unsigned ng_test_two_per_cu(void) {
+  cl_uint cu = 0;
+  CL_OK(clGetDeviceInfo(ng_test_env_get()->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu,
+                        NULL));
+  return 2 * (cu ? cu : 1);
+}
+
 void ng_test_reset_overrides(ng_context *ctx) {
   const ng_tune all[] = {NG_TUNE_WORKGROUP, NG_TUNE_GROUPS,   NG_TUNE_VECTOR,      NG_TUNE_REG_COLS,
                          NG_TUNE_PREFETCH,  NG_TUNE_TABLE,    NG_TUNE_FUSED_REDUCE};

@@ -40,6 +40,9 @@ void ng_test_env_release(void);
  * long bf16 rows split across work-groups (NG_TUNE_FUSED_REDUCE = 2), on whatever device runs
  * the tests: wg work-items and reg register slots (0 leaves that one to the device). */
 void ng_test_fused_reduce_shape(ng_context *ctx, unsigned wg, unsigned reg);
+/* Two work-groups per compute unit of the test device: the grid at which the in-kernel
+ * reductions keep 16 rows in flight instead of 8 (src/context.c, ng_fused_rows_in_flight). */
+unsigned ng_test_two_per_cu(void);
 /* Every launch override of ctx back to NG_TUNE_AUTO. */
 void ng_test_reset_overrides(ng_context *ctx);
 
