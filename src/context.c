@@ -551,7 +551,7 @@ size_t ng_max_waiting_groups(const ng_context *ctx) {
   return cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
 }
 
-/* Sequential rounds of f loads (8, or NG_COOP_RED_F) a reducer's thread makes when the partial
+/* Sequential rounds of f loads (NG_RED_F: 8 or 16) a reducer's thread makes when the partial
  * rows are summed in blocks of cw columns (cl/ng_common.clh: four columns a thread, 4·wg / cw
  * slices of rows), with the blocks shared among at most cmax reducers (*reducers: how many). */
 static size_t fused_rounds(size_t groups, size_t wg, size_t ncols, size_t sections, size_t cmax,
