@@ -280,7 +280,8 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
 /* Resident groups per compute unit for the dW grids: about 1024 row-vector slots per unit, a
  * group of wg work-items holding reg vectors each counting wg·reg (with REG = 2 or 4 a second
  * group would not fit beside the first in the register file, and would run as a second wave
- * that the first waits for). At least one. */
+ * that the first waits for). At least one; three quarters of it for the fused add's backward with
+ * ds_out (NG_ROWS_FEW). */
 static size_t dw_groups_per_cu(size_t wg, size_t reg) {
   const size_t slots = wg * reg;
   return 1024 / slots > 1 ? 1024 / slots : 1;
@@ -318,8 +319,8 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 /* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
                                      size_t n, bool vec_ok, int mode) {
-  const bool x16 = (mode & NG_ROWS_X16) != 0;
-  mode &= ~NG_ROWS_X16;
+  const bool x16 = (mode & NG_ROWS_X16) != 0, few = (mode & NG_ROWS_FEW) != 0;
+  mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW);
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -382,7 +383,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                                       : (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
   } else {
     prefetch = true;
-    g = (size_t)d->compute_units * (in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1);
+    size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
+    if (few) per = (3 * per + 3) / 4;
+    g = (size_t)d->compute_units * per;
   }
   if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
