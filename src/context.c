@@ -320,7 +320,8 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
                                      size_t n, bool vec_ok, int mode) {
   const bool x16 = (mode & NG_ROWS_X16) != 0, few = (mode & NG_ROWS_FEW) != 0;
-  mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW);
+  const bool one = (mode & NG_ROWS_ONE) != 0 && (mode & 0xff) == NG_ROWS_BWD_FROZEN;
+  mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE);
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -381,6 +382,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     /* rows == SIZE_MAX: the caller (GroupNorm) maps its own work units onto a persistent grid */
     g = nv <= 512 && rows != SIZE_MAX ? rows
                                       : (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
+    if (one && x16 && in_regs && l.reg_cols >= 4) g = d->compute_units; /* NG_ROWS_ONE */
   } else {
     prefetch = true;
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;

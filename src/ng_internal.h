@@ -416,6 +416,17 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * groups per unit), so the variant lists need not pass it; the scratch queries, which do not
  * know whether ds_out comes, size the partials for the larger grid. */
 #define NG_ROWS_FEW 0x200
+/* Added to NG_ROWS_BWD_FROZEN: 16-bit rows held four vectors a work-item (bf16 N = 16384: 512 × 4,
+ * one such group a compute unit) get one group a unit, each prefetching its next row, instead of
+ * the forward's grid of four a unit, which runs as four waves. RMSNorm's frozen backward takes it
+ * (so the fused add's without ds_out, the same kernel). H100, bf16, weight frozen, old and new
+ * binaries alternating, two runs: 79.8-80.1 -> 76.6-77.0 us (0.85 -> 0.89), f16 80.7 ->
+ * 76.6-77.0, 1000 rows 46.4-46.7 -> 43.6-44.4; two groups a unit 77.6-78.6. LayerNorm with both
+ * parameters frozen lost with it (77.8-78.0 -> 81.7-82.3), 512 × 2 rows (8192) were even with two
+ * groups a unit (74.0-74.2 -> 74.5-74.6), and f32 rows of 512 × 4 lost with one (176.0-176.4 ->
+ * 183.5-185.7), so they keep the forward's grid. The grid is not a build option of a frozen
+ * backward. */
+#define NG_ROWS_ONE 0x400
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -239,11 +239,13 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  /* a frozen backward keeps no partials, so it may use the forward's larger grid; the fused
-   * add's with ds_out fewer groups (NG_ROWS_FEW) */
+  /* a frozen backward keeps no partials, so it may use the forward's larger grid (but one
+   * group a unit for rows of four slots: NG_ROWS_ONE); the fused add's with ds_out and dW fewer
+   * groups (NG_ROWS_FEW) */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
-      ng_bwd_mode(compute_dw, x.dtype) | (has_ds && compute_dw ? NG_ROWS_FEW : 0));
+      ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
+          (has_ds && compute_dw ? NG_ROWS_FEW : 0));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
