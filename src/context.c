@@ -382,11 +382,29 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     /* rows == SIZE_MAX: the caller (GroupNorm) maps its own work units onto a persistent grid */
     g = nv <= 512 && rows != SIZE_MAX ? rows
                                       : (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
-    if (one && x16 && in_regs && l.reg_cols >= 4) g = d->compute_units; /* NG_ROWS_ONE */
+    /* the two rules below were measured on NVIDIA only, where the next-row prefetch exists */
+    if (one && d->nv_shfl && x16 && in_regs && l.reg_cols >= 4)
+      g = d->compute_units; /* NG_ROWS_ONE */
+    if (mode == NG_ROWS_BWD_FROZEN && d->nv_shfl && x16 && nv >= 128 && nv <= 256 &&
+        rows != SIZE_MAX) {
+      /* A frozen backward of 16-bit rows of 128-256 vectors (N = 1024-2048): four rows a group,
+       * each prefetching the group's next row, and at least a wave of groups, rather than a
+       * group a row. H100, rows·N = 2^25, old and new binaries alternating, two runs: bf16
+       * RMSNorm 1024 76.3-77.6 -> 73.4-74.0 us (0.89-0.90 -> 0.93-0.94), 2048 78.0-78.4 ->
+       * 73.6-74.4 (0.88 -> 0.92-0.93); fused add 98.7-98.9 -> 95.0-95.1 (0.93 -> 0.96) and
+       * 100.7-101.4 -> 96.4-97.2 (0.90-0.91 -> 0.94-0.95); LayerNorm with both parameters
+       * frozen 75.3-76.9 -> 72.8-74.1 and 76.8-77.5 -> 73.7-73.8; f16 likewise (RMSNorm 2048
+       * 83.7-83.8 -> 75.2-76.6) but LayerNorm at 1024 (72.1-72.4 -> 72.9-73.5). f32 rows lost
+       * 3-10 % (RMSNorm 1024 137.2-138.2 -> 144.0-144.8, already at the copy's rate), and
+       * 512-vector rows (4096) lost with two rows a group, so both keep a group a row. */
+      const size_t wave = (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
+      g = (rows + 3) / 4 > wave ? (rows + 3) / 4 : wave;
+      prefetch = true;
+    }
   } else {
     prefetch = true;
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
-    if (few) per = (3 * per + 3) / 4;
+    if (few && d->nv_shfl) per = (3 * per + 3) / 4; /* NG_ROWS_FEW, measured on NVIDIA */
     g = (size_t)d->compute_units * per;
   }
   if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;

@@ -403,27 +403,27 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 113 -> 105, LayerNorm 91 -> 85, RMSNorm 80.5 -> 84.4; f32 rows lost 7-13% with dW, so they keep
  * 512 × 1). ng_bwd_mode picks it. */
 #define NG_ROWS_X16 0x100
-/* Added to NG_ROWS_BWD_DW: the grid holds three quarters of the groups per compute unit
- * (rounded up) that the dW rule gives: 6 instead of 8 of 128 work-items, 3 instead of 4 of 256,
- * 2 of 256 × 2 unchanged. The fused add's backward with ds_out takes it (a row moves five
- * streams, against RMSNorm's three; RMSNorm, LayerNorm and PolyNorm were even or slower with
- * fewer groups). H100, whole backward with dW, rows·N = 2^25, old and new binaries alternating,
- * two runs: bf16 at 1024 104.9-105.0 -> 101.3-101.4 us (0.87 -> 0.90), at 2048 104.6-104.7 ->
- * 101.1-101.3 (0.87 -> 0.90); f16 104.1-104.4 -> 101.0-101.9 and 105.1-105.3 -> 101.9-102.4;
- * f32 220.8-221.6 -> 211.8-212.0 and 219.9-220.3 -> 212.4-212.8; bf16 at 512 (16 -> 12 groups a
- * unit) 103.4-104.4 -> 103.2-103.3. The grid is not a build option on this path (the held rows' sums
- * go to a separate launch unless forced in-kernel, whose rows in flight change only at two
- * groups per unit), so the variant lists need not pass it; the scratch queries, which do not
- * know whether ds_out comes, size the partials for the larger grid. */
+/* Added to NG_ROWS_BWD_DW: on NVIDIA, the grid holds three quarters of the groups per compute unit
+ * (rounded up) that the dW rule gives: 6 instead of 8 of 128 work-items, 3 instead of 4 of 256, 2
+ * of 256 × 2 unchanged. The fused add's backward with ds_out takes it (a row moves five streams,
+ * against RMSNorm's three; RMSNorm, LayerNorm and PolyNorm were even or slower with fewer groups).
+ * H100, whole backward with dW, rows·N = 2^25, old and new binaries alternating, two runs: bf16 at
+ * 1024 104.9-105.0 -> 101.3-101.4 us (0.87 -> 0.90), at 2048 104.6-104.7 -> 101.1-101.3 (0.87 ->
+ * 0.90); f16 104.1-104.4 -> 101.0-101.9 and 105.1-105.3 -> 101.9-102.4; f32 220.8-221.6 ->
+ * 211.8-212.0 and 219.9-220.3 -> 212.4-212.8; bf16 at 512 (16 -> 12 groups a unit) 103.4-104.4 ->
+ * 103.2-103.3. The grid is not a build option on this path (the held rows' sums go to a separate
+ * launch unless forced in-kernel, whose rows in flight change only at two groups per unit), so the
+ * variant lists need not pass it; the scratch queries, which do not know whether ds_out comes, size
+ * the partials for the larger grid. */
 #define NG_ROWS_FEW 0x200
-/* Added to NG_ROWS_BWD_FROZEN: 16-bit rows held four vectors a work-item (bf16 N = 16384: 512 × 4,
- * one such group a compute unit) get one group a unit, each prefetching its next row, instead of
- * the forward's grid of four a unit, which runs as four waves. RMSNorm's frozen backward takes it
- * (so the fused add's without ds_out, the same kernel). H100, bf16, weight frozen, old and new
- * binaries alternating, two runs: 79.8-80.1 -> 76.6-77.0 us (0.85 -> 0.89), f16 80.7 ->
- * 76.6-77.0, 1000 rows 46.4-46.7 -> 43.6-44.4; two groups a unit 77.6-78.6. LayerNorm with both
- * parameters frozen lost with it (77.8-78.0 -> 81.7-82.3), 512 × 2 rows (8192) were even with two
- * groups a unit (74.0-74.2 -> 74.5-74.6), and f32 rows of 512 × 4 lost with one (176.0-176.4 ->
+/* Added to NG_ROWS_BWD_FROZEN: on NVIDIA, 16-bit rows held four vectors a work-item (bf16 N =
+ * 16384: 512 × 4, one such group a compute unit) get one group a unit, each prefetching its next
+ * row, instead of the forward's grid of four a unit, which runs as four waves. RMSNorm's frozen
+ * backward takes it (so the fused add's without ds_out, the same kernel). H100, bf16, weight
+ * frozen, old and new binaries alternating, two runs: 79.8-80.1 -> 76.6-77.0 us (0.85 -> 0.89), f16
+ * 80.7 -> 76.6-77.0, 1000 rows 46.4-46.7 -> 43.6-44.4; two groups a unit 77.6-78.6. LayerNorm with
+ * both parameters frozen lost with it (77.8-78.0 -> 81.7-82.3), 512 × 2 rows (8192) were even with
+ * two groups a unit (74.0-74.2 -> 74.5-74.6), and f32 rows of 512 × 4 lost with one (176.0-176.4 ->
  * 183.5-185.7), so they keep the forward's grid. The grid is not a build option of a frozen
  * backward. */
 #define NG_ROWS_ONE 0x400
