@@ -427,6 +427,11 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 183.5-185.7), so they keep the forward's grid. The grid is not a build option of a frozen
  * backward. */
 #define NG_ROWS_ONE 0x400
+/* Added to NG_ROWS_FWD by PolyNorm's forward, which takes a persistent grid (as rows = SIZE_MAX
+ * asks) except, on NVIDIA, for 16-bit rows (with NG_ROWS_X16) of at most 512 vectors: two rows a
+ * group, the group prefetching its second, and at least the persistent grid's groups. H100, bf16,
+ * rows·N = 2^25, old and new binaries alternating, two runs: see ng_choose_row_launch_k. */
+#define NG_ROWS_PAIRS 0x800
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }
