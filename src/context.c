@@ -319,10 +319,11 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 /* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
                                      size_t n, bool vec_ok, int mode) {
-  const bool x16 = (mode & NG_ROWS_X16) != 0, few = (mode & NG_ROWS_FEW) != 0;
-  const bool one = (mode & NG_ROWS_ONE) != 0 && (mode & 0xff) == NG_ROWS_BWD_FROZEN;
-  const bool pairs = (mode & NG_ROWS_PAIRS) != 0 && (mode & 0xff) == NG_ROWS_FWD;
+  const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS);
+  const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
+  const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
+  const bool pairs = (flags & NG_ROWS_PAIRS) != 0 && mode == NG_ROWS_FWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -383,6 +384,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     /* rows == SIZE_MAX: the caller (GroupNorm) maps its own work units onto a persistent grid */
     const size_t wave = (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
     g = nv <= 512 && rows != SIZE_MAX && !pairs ? rows : wave;
+    /* The rules below were measured on NVIDIA only, where the next-row prefetch exists. Two of
+     * them give each group `rows_per` rows, prefetched, with at least a wave of groups. */
+    size_t rows_per = 0;
     if (pairs && d->nv_shfl && x16 && nv <= 512 && rows != SIZE_MAX) {
       /* NG_ROWS_PAIRS (PolyNorm's forward). H100, rows·N = 2^25, old and new binaries
        * alternating, two runs: bf16 512 54.3-54.7 -> 51.8-52.2 us (0.84 -> 0.88), 1024
@@ -390,10 +394,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 51.5-51.7 (0.85 -> 0.88); f16 likewise (4096 53.7-53.8 -> 51.7-51.9). The persistent
        * grid alone with the prefetch lost (4096: 1056 groups 55.5-56.1 us), as did f32 rows
        * (4096 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
-      g = (rows + 1) / 2 > wave ? (rows + 1) / 2 : wave;
-      prefetch = true;
+      rows_per = 2;
     }
-    /* the two rules below were measured on NVIDIA only, where the next-row prefetch exists */
     if (one && d->nv_shfl && x16 && in_regs && l.reg_cols >= 4)
       g = d->compute_units; /* NG_ROWS_ONE */
     if (mode == NG_ROWS_BWD_FROZEN && d->nv_shfl && x16 && nv >= 128 && nv <= 256 &&
@@ -408,7 +410,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 83.7-83.8 -> 75.2-76.6) but LayerNorm at 1024 (72.1-72.4 -> 72.9-73.5). f32 rows lost
        * 3-10 % (RMSNorm 1024 137.2-138.2 -> 144.0-144.8, already at the copy's rate), and
        * 512-vector rows (4096) lost with two rows a group, so both keep a group a row. */
-      g = (rows + 3) / 4 > wave ? (rows + 3) / 4 : wave;
+      rows_per = 4;
+    }
+    if (rows_per) {
+      const size_t want = (rows + rows_per - 1) / rows_per;
+      g = want > wave ? want : wave;
       prefetch = true;
     }
   } else {
