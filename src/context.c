@@ -320,10 +320,13 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
                                      size_t n, bool vec_ok, int mode) {
   const int flags = mode;
-  mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS);
+  mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
+            NG_ROWS_MANY);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
-  const bool pairs = (flags & NG_ROWS_PAIRS) != 0 && mode == NG_ROWS_FWD;
+  const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
+  const size_t pairs_upto = (flags & NG_ROWS_PAIRS_1K) ? 1024 : 512;
+  const bool many = (flags & NG_ROWS_MANY) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -387,13 +390,18 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     /* The rules below were measured on NVIDIA only, where the next-row prefetch exists. Two of
      * them give each group `rows_per` rows, prefetched, with at least a wave of groups. */
     size_t rows_per = 0;
-    if (pairs && d->nv_shfl && x16 && nv <= 512 && rows != SIZE_MAX) {
-      /* NG_ROWS_PAIRS (PolyNorm's forward). H100, rows·N = 2^25, old and new binaries
-       * alternating, two runs: bf16 512 54.3-54.7 -> 51.8-52.2 us (0.84 -> 0.88), 1024
-       * 52.8-52.9 -> 51.4-53.1, 2048 52.5-52.6 -> 51.1-51.8 (0.87 -> 0.89), 4096 53.8-53.9 ->
-       * 51.5-51.7 (0.85 -> 0.88); f16 likewise (4096 53.7-53.8 -> 51.7-51.9). The persistent
-       * grid alone with the prefetch lost (4096: 1056 groups 55.5-56.1 us), as did f32 rows
-       * (4096 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
+    if (pairs && d->nv_shfl && x16 && nv <= pairs_upto && rows != SIZE_MAX) {
+      /* NG_ROWS_PAIRS (PolyNorm's forward, RMSNorm's at N >= 4096) and NG_ROWS_PAIRS_1K
+       * (RMSNorm's bf16 rows). H100, rows·N = 2^25, old and new binaries alternating, two runs:
+       * PolyNorm bf16 512 54.3-54.7 -> 51.8-52.2 us (0.84 -> 0.88), 1024 52.8-52.9 -> 51.4-53.1,
+       * 2048 52.5-52.6 -> 51.1-51.8 (0.87 -> 0.89), 4096 53.8-53.9 -> 51.5-51.7 (0.85 -> 0.88);
+       * f16 likewise (4096 53.7-53.8 -> 51.7-51.9). RMSNorm bf16 4096 52.1-52.3 -> 50.7-51.0
+       * (0.87 -> 0.89-0.90), f16 52.5-52.8 -> 51.2, bf16 8192 (1024 vectors) 52.7-53.3 ->
+       * 51.6-51.8 (0.86 -> 0.88); RMSNorm 2048 measured even. f16 rows of 1024 vectors lost
+       * (RMSNorm 59.1-59.2 -> 61.5, PolyNorm 52.7-53.2 -> 53.7-53.8) and PolyNorm's bf16 ones
+       * were within noise, so only RMSNorm's bf16 rows take them. The persistent grid alone with
+       * the prefetch lost (PolyNorm 4096: 1056 groups 55.5-56.1 us), as did f32 rows (4096
+       * 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
       rows_per = 2;
     }
     if (one && d->nv_shfl && x16 && in_regs && l.reg_cols >= 4)
@@ -415,6 +423,16 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (rows_per) {
       const size_t want = (rows + rows_per - 1) / rows_per;
       g = want > wave ? want : wave;
+      prefetch = true;
+    }
+    if (many && d->nv_shfl && x16 && nv > 512 && nv <= 1024 && in_regs && rows != SIZE_MAX) {
+      /* NG_ROWS_MANY. H100, bf16, rows·N = 2^25, old and new binaries alternating, two runs:
+       * fused add (weight frozen, ds_out) 106.4-106.6 -> 102.3-102.6 us (0.85 -> 0.89), f16
+       * 106.6-107.1 -> 102.6-102.8, 8192 rows 215.8-217.1 -> 196.1-196.3 (0.84 -> 0.93), 1000
+       * rows within noise; LayerNorm both frozen 78.6-79.3 -> 74.6-74.8 (0.87 -> 0.92), f16
+       * 76.7-78.0 -> 74.0-76.0, 1000 rows 27.4-28.1 -> 26.1-26.6; 8 a unit took LayerNorm
+       * 76.1, the fused add 104.1-104.6. RMSNorm's lost with more groups (74.5 -> 76-78). */
+      g = (size_t)d->compute_units * 16;
       prefetch = true;
     }
   } else {

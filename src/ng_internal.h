@@ -429,9 +429,16 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
 #define NG_ROWS_ONE 0x400
 /* Added to NG_ROWS_FWD by PolyNorm's forward, which takes a persistent grid (as rows = SIZE_MAX
  * asks) except, on NVIDIA, for 16-bit rows (with NG_ROWS_X16) of at most 512 vectors: two rows a
- * group, the group prefetching its second, and at least the persistent grid's groups. H100, bf16,
- * rows·N = 2^25, old and new binaries alternating, two runs: see ng_choose_row_launch_k. */
+ * group, the group prefetching its second, and at least the persistent grid's groups. RMSNorm's
+ * forward of 16-bit rows takes it from N = 4096 (a group a row before). H100, bf16, rows·N =
+ * 2^25, old and new binaries alternating, two runs: see ng_choose_row_launch_k. */
 #define NG_ROWS_PAIRS 0x800
+/* NG_ROWS_PAIRS up to rows of 1024 vectors (bf16 N = 8192): RMSNorm's forward of bf16 rows. */
+#define NG_ROWS_PAIRS_1K 0x2000
+/* Added to NG_ROWS_BWD_FROZEN: on NVIDIA, 16-bit rows of 513-1024 vectors (bf16 N = 8192, 512 × 2)
+ * get a grid of 16 groups a compute unit, prefetching, instead of the forward's four. The fused
+ * add's frozen backward with ds_out and LayerNorm's with both parameters frozen take it. */
+#define NG_ROWS_MANY 0x1000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -240,10 +240,11 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
   if (partials && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  /* with both frozen there are no partials, so the forward's larger grid may be used */
+  /* with both frozen there are no partials, so the forward's larger grid may be used (larger
+   * still for rows of 513-1024 vectors: NG_ROWS_MANY) */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
-      ng_bwd_mode(partials, x.dtype));
+      ng_bwd_mode(partials, x.dtype) | NG_ROWS_MANY);
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   /* rows split across groups (whatever is frozen, so that dx has the same bits), when this
    * queue gets a counter area; else the column split (with partials) or rows streamed twice */

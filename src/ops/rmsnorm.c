@@ -75,6 +75,15 @@ static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
  * 56.2-57.1), not the fused add's, where it measured slower (32768 106.1-107.0 -> 116.0-116.5,
  * 65536 111.8-112.9 -> 115.1-116.5; neither narrower slices nor larger grids won it back). */
 static bool fwd_coop(bool fused) { return !fused; }
+
+/* The forward's launch mode: RMSNorm's 16-bit rows from N = 4096 take two rows a group on NVIDIA
+ * (NG_ROWS_PAIRS: up to 512 vectors; bf16 up to 1024, NG_ROWS_PAIRS_1K, where f16 lost). Shorter
+ * rows measured even with it, the fused add's lost (ng_choose_row_launch_k has the numbers). */
+static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
+  if (fused || xd == NG_F32) return NG_ROWS_FWD;
+  const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
+  return NG_ROWS_FWD | NG_ROWS_X16 | pairs;
+}
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
  * even at 121; with two vectors 32768 lost, 122 -> 132; f16 65536 60.3-60.6 -> 58.0-58.6). */
@@ -101,7 +110,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                       ng_vec_aligned(ctx, sum, p->n, 8);
   const ng_row_launch l =
       ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", p->rows, p->n,
-                             vec_ok, false);
+                             vec_ok, fwd_mode(fused, p->n, x.dtype));
   /* RMSNorm's rows beyond the launch's registers split across groups, when this queue gets
    * a counter area (fwd_coop says why not the fused add's) */
   ng_coop cp;
@@ -240,12 +249,12 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid (but one
-   * group a unit for rows of four slots: NG_ROWS_ONE); the fused add's with ds_out and dW fewer
-   * groups (NG_ROWS_FEW) */
+   * group a unit for rows of four slots: NG_ROWS_ONE); the fused add's with ds_out fewer groups
+   * with dW (NG_ROWS_FEW) and more frozen (NG_ROWS_MANY) */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
       ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
-          (has_ds && compute_dw ? NG_ROWS_FEW : 0));
+          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY) : 0));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
@@ -407,7 +416,8 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
           const ng_row_launch l =
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                   pass == 0 ? NG_ROWS_FWD : ng_bwd_mode(pass == 2, fl[xi]));
+                                   pass == 0 ? fwd_mode(fused, n, fl[xi])
+                                             : ng_bwd_mode(pass == 2, fl[xi]));
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
