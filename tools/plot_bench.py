@@ -147,7 +147,7 @@ def main():
     for r in rows:
         groups[(r["op"], r["pass"])].append(r)
     for (op, pass_), rs in sorted(groups.items()):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = plt.subplots(figsize=(8.6, 4.2))
         series = defaultdict(list)
         for r in rs:
             fr = bool(r.get("frozen")) and pass_ != "forward"
@@ -167,11 +167,12 @@ def main():
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (hidden size)")
         ax.set_ylabel("effective GB/s")
-        ax.set_ylim(bottom=0)
+        # the copy line stays in view (matplotlib 3.6+ leaves axhline out of the autoscale)
+        ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], copy * 1.05))
         what = "forward + backward" if pass_ == "both" else pass_
         ax.set_title(f"{op} {what}" + (f" — {a.title}" if a.title else ""))
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # off the lines
         png = os.path.join(a.out_dir, f"{a.prefix}_{op}_{pass_}.png")
         fig.tight_layout()
         fig.savefig(png, dpi=110)
