@@ -321,12 +321,13 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                                      size_t n, bool vec_ok, int mode) {
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
-            NG_ROWS_MANY);
+            NG_ROWS_MANY | NG_ROWS_POLY_DW);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
   const size_t pairs_upto = (flags & NG_ROWS_PAIRS_1K) ? 1024 : 512;
   const bool many = (flags & NG_ROWS_MANY) != 0 && mode == NG_ROWS_BWD_FROZEN;
+  const bool poly_dw = (flags & NG_ROWS_POLY_DW) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -403,6 +404,13 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * the prefetch lost (PolyNorm 4096: 1056 groups 55.5-56.1 us), as did f32 rows (4096
        * 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
       rows_per = 2;
+    }
+    if (poly_dw && d->nv_shfl && x16 && nv >= 256 && nv <= 512) {
+      /* NG_ROWS_POLY_DW. H100, bf16, rows·N = 2^25, whole backward, two runs: 2048 83.2-83.6 ->
+       * 80.5-80.8 us (0.82 -> 0.85), 4096 87.0-87.2 -> 83.1-84.1 (0.78 -> 0.81-0.82), 1024
+       * 84.6-85.6 -> 83.9-84.1; with dbias alone 4096 79.4-79.7 -> 82.9-83.3, 2048 even, 1024
+       * 85.3-85.6 -> 86.1-87.7, so the frozen backward goes without. */
+      prefetch = true;
     }
     if (one && d->nv_shfl && x16 && in_regs && l.reg_cols >= 4)
       g = d->compute_units; /* NG_ROWS_ONE */
