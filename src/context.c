@@ -542,8 +542,7 @@ bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtyp
 bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
                         size_t rows, size_t n, size_t hold, unsigned xflags, unsigned reg,
                         unsigned lslots, unsigned per_cu, ng_coop *c) {
-  const bool want = ctx->fused_reduce ? ctx->fused_reduce >= 2 : ctx->info.nv_shfl;
-  if (!want || l->wg < 2 || l->vec != 8) return false;
+  if (!ng_reduce_on(ctx, ctx->info.nv_shfl) || l->wg < 2 || l->vec != 8) return false;
   /* Which dtypes split is the op's (xflags), from what measured faster: f16 lost in the fused
    * add and LayerNorm's forward (H100, 65536: 157 -> 197 us, 67 -> 83), f32 in RMSNorm's and
    * PolyNorm's forward with half the vectors (32768: 122 -> 132, 124 -> 134) */

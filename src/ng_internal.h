@@ -96,6 +96,13 @@ struct ng_context {
   size_t sync_area_n[NG_SYNC_QUEUES];
 };
 
+/* Whether a kernel that waits on other work-groups (in-kernel reductions, split rows, GroupNorm's
+ * one-pass and one-launch kernels) is wanted: as NG_TUNE_FUSED_REDUCE says where it is set (2 and
+ * 3 on, 1 off), else by_default (each caller's measured default). */
+static inline bool ng_reduce_on(const ng_context *ctx, bool by_default) {
+  return ctx->fused_reduce ? ctx->fused_reduce >= 2 : by_default;
+}
+
 /* Build options: integer -D defines only, so no locale can change a build. */
 typedef struct ng_opts {
   char text[512];

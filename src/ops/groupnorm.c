@@ -133,9 +133,8 @@ static ng_row_launch one_launch(const ng_context *ctx, const ng_row_launch *l, u
  * for the in-kernel reductions, and the grid to at least U groups. */
 static bool one_plan(const ng_context *ctx, const ng_groupnorm_params *p, const ng_row_launch *l,
                      ng_dtype x_dtype, gn_one *o) {
-  const bool want = ctx->fused_reduce ? ctx->fused_reduce >= 2
-                                      : ctx->info.nv_shfl && x_dtype == NG_F32;
-  if (l->wg < 2 || l->vec != 8 || !want) return false;
+  if (l->wg < 2 || l->vec != 8 || !ng_reduce_on(ctx, ctx->info.nv_shfl && x_dtype == NG_F32))
+    return false;
   const size_t wg = one_wg(ctx);
   if (wg < 2) return false;
   const size_t umax = ng_max_waiting_groups(ctx);
@@ -224,8 +223,7 @@ static gn_plan lag_units(const ng_context *ctx, const ng_groupnorm_params *p, co
  * NG_TUNE_FUSED_REDUCE 1 / 2 forces it off / on, and by default it takes NVIDIA devices, where
  * it was measured. */
 static bool lag_wanted(const ng_context *ctx, const gn_plan *pl) {
-  const bool want = ctx->fused_reduce ? ctx->fused_reduce >= 2 : ctx->info.nv_shfl;
-  return want && pl->split && pl->l.wg > 1;
+  return ng_reduce_on(ctx, ctx->info.nv_shfl) && pl->split && pl->l.wg > 1;
 }
 
 /* The grid of a one-launch kernel (base plan pl, wg work-items, `units` units): as many groups
