@@ -406,10 +406,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       rows_per = 2;
     }
     if (poly_dw && d->nv_shfl && x16 && nv >= 256 && nv <= 512) {
-      /* NG_ROWS_POLY_DW. H100, bf16, rows·N = 2^25, whole backward, two runs: 2048 83.2-83.6 ->
-       * 80.5-80.8 us (0.82 -> 0.85), 4096 87.0-87.2 -> 83.1-84.1 (0.78 -> 0.81-0.82), 1024
-       * 84.6-85.6 -> 83.9-84.1; with dbias alone 4096 79.4-79.7 -> 82.9-83.3, 2048 even, 1024
-       * 85.3-85.6 -> 86.1-87.7, so the frozen backward goes without. */
+      /* NG_ROWS_POLY_DW. H100, rows·N = 2^25, whole backward, old and new binaries alternating,
+       * two runs: bf16 2048 83.1-83.8 -> 81.0-81.2 us (0.82 -> 0.84), 4096 87.0-87.1 -> 83.4-83.6
+       * (0.78 -> 0.82), f16 84.7-85.2 -> 81.2-81.3 and 87.2-87.3 -> 85.9; in a scan (prefetch
+       * forced), 1024 84.6-85.6 -> 83.9-84.1 and, with dbias alone, 4096 79.4-79.7 -> 82.9-83.3,
+       * 2048 even, 1024 85.3-85.6 -> 86.1-87.7, so the frozen backward goes without. */
       prefetch = true;
     }
     if (one && d->nv_shfl && x16 && in_regs && l.reg_cols >= 4)
