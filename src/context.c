@@ -388,10 +388,12 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     /* rows == SIZE_MAX: the caller (GroupNorm) maps its own work units onto a persistent grid */
     const size_t wave = (size_t)d->compute_units * (2048 / wg ? 2048 / wg : 1);
     g = nv <= 512 && rows != SIZE_MAX && !pairs ? rows : wave;
-    /* The rules below were measured on NVIDIA only, where the next-row prefetch exists. Two of
-     * them give each group `rows_per` rows, prefetched, with at least a wave of groups. */
+    /* The rules below were measured on NVIDIA only, where the next-row prefetch exists, and for
+     * 16-bit rows (f32 lost where tried). Two of them give each group `rows_per` rows,
+     * prefetched, with at least a wave of groups. */
+    const bool nv16 = d->nv_shfl && x16;
     size_t rows_per = 0;
-    if (pairs && d->nv_shfl && x16 && nv <= pairs_upto && rows != SIZE_MAX) {
+    if (pairs && nv16 && nv <= pairs_upto && rows != SIZE_MAX) {
       /* NG_ROWS_PAIRS (PolyNorm's forward, RMSNorm's at N >= 4096) and NG_ROWS_PAIRS_1K
        * (RMSNorm's bf16 rows). H100, rows·N = 2^25, old and new binaries alternating, two runs:
        * PolyNorm bf16 512 54.3-54.7 -> 51.8-52.2 us (0.84 -> 0.88), 1024 52.8-52.9 -> 51.4-53.1,
@@ -405,7 +407,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
       rows_per = 2;
     }
-    if (poly_dw && d->nv_shfl && x16 && nv >= 256 && nv <= 512) {
+    if (poly_dw && nv16 && nv >= 256 && nv <= 512) {
       /* NG_ROWS_POLY_DW. H100, rows·N = 2^25, whole backward, old and new binaries alternating,
        * two runs: bf16 2048 83.1-83.8 -> 81.0-81.2 us (0.82 -> 0.84), 4096 87.0-87.1 -> 83.4-83.6
        * (0.78 -> 0.82), f16 84.7-85.2 -> 81.2-81.3 and 87.2-87.3 -> 85.9; in a scan (prefetch
@@ -413,9 +415,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 2048 even, 1024 85.3-85.6 -> 86.1-87.7, so the frozen backward goes without. */
       prefetch = true;
     }
-    if (one && d->nv_shfl && x16 && in_regs && l.reg_cols >= 4)
+    if (one && nv16 && in_regs && l.reg_cols >= 4)
       g = d->compute_units; /* NG_ROWS_ONE */
-    if (mode == NG_ROWS_BWD_FROZEN && d->nv_shfl && x16 && nv >= 128 && nv <= 256 &&
+    if (mode == NG_ROWS_BWD_FROZEN && nv16 && nv >= 128 && nv <= 256 &&
         rows != SIZE_MAX) {
       /* A frozen backward of 16-bit rows of 128-256 vectors (N = 1024-2048): four rows a group,
        * each prefetching the group's next row, and at least a wave of groups, rather than a
@@ -434,7 +436,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       g = want > wave ? want : wave;
       prefetch = true;
     }
-    if (many && d->nv_shfl && x16 && nv > 512 && nv <= 1024 && in_regs && rows != SIZE_MAX) {
+    if (many && nv16 && nv > 512 && nv <= 1024 && in_regs && rows != SIZE_MAX) {
       /* NG_ROWS_MANY. H100, bf16, rows·N = 2^25, old and new binaries alternating, two runs:
        * fused add (weight frozen, ds_out) 106.4-106.6 -> 102.3-102.6 us (0.85 -> 0.89), f16
        * 106.6-107.1 -> 102.6-102.8, 8192 rows 215.8-217.1 -> 196.1-196.3 (0.84 -> 0.93), 1000
