@@ -351,11 +351,142 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
   const float w2 = pn_ld_param(w, w_off + 2, pdt);                                                   \
   const float nf = (float)n
 
+#ifndef PN_CHUNK
+#define PN_CHUNK 0
+#endif
+#if PN_CHUNK && WG > 1
+/* The in-kernel sum of the held backward's partials (PN_CHUNK; host: chunk_wanted in
+ * src/ops/polynorm.c). A group's partial row is four floats (dW's three, dB's one) and the
+ * grids are large (up to 32 groups a compute unit, more than are resident), so instead of
+ * reducers that wait for the whole grid and then walk every row (ng_fused_reduce), the rows are
+ * summed in chunks of PN_CHUNK_ROWS as they arrive, and nobody waits:
+ *  - work-item 0 of each group, after its row, fences it device-wide and counts the group in
+ *    its chunk's counter (area[1 + c], chunk c = groups c·PN_CHUNK_ROWS …); the chunk's last
+ *    arriver, whichever it is, adds the chunk's rows in a fixed order and, where there are
+ *    several chunks, stores the sum as chunk row c (area[1 + C + 4c …], the bits as uints) and
+ *    counts itself in area[0];
+ *  - the last of those adds the C chunk rows the same way and writes dW and dB (or adds to them).
+ * The same bits on every run, whichever groups finish last. Every counter goes back to zero, and
+ * the chunk rows too, for the area's next user on this queue (split kernels expect zeros).
+ * On NVIDIA warp 0 alone does this, by shuffles, and the other warps leave after their stores.
+ * A first version in which the whole group waited at a barrier for the count (a global-memory
+ * one, which also waits for the group's own stores), with chunks of WG rows, gained 0.8-2.9 µs
+ * at N = 1024 (H100, bf16) where this one gains 4.1-4.3: the wait keeps the group's slot through
+ * the round trips, and these grids run in several waves. */
+#define PN_CHUNK_ROWS 128
+inline float4 pn_part_row(__global const float *pdw, __global const float *pdb, ulong r) {
+  __global volatile const float *pw = pdw, *pb = pdb;
+  return (float4)(COMPUTE_DW ? pw[3 * r] : 0.0f, COMPUTE_DW ? pw[3 * r + 1] : 0.0f,
+                  COMPUTE_DW ? pw[3 * r + 2] : 0.0f, COMPUTE_DB ? pb[r] : 0.0f);
+}
+inline float4 pn_crow(__global volatile const uint *crow, uint k) {
+  return (float4)(as_float(crow[4 * k]), as_float(crow[4 * k + 1]), as_float(crow[4 * k + 2]),
+                  as_float(crow[4 * k + 3]));
+}
+/* Work-item 0's count in `cnt` of `of`: whether it was the last (then the counter is back to
+ * zero and this work-item sees what the others stored before their counts). */
+inline uint pn_count_last(__global volatile uint *cnt, uint of) {
+  NG_FENCE_DEVICE();
+  const uint last = atomic_inc(cnt) == of - 1;
+  if (last) {
+    atomic_xchg(cnt, 0u);
+    NG_FENCE_DEVICE();
+  }
+  return last;
+}
+inline void pn_chunk_write(float4 v, __global NG_STORE(G_DTYPE) *dw,
+                           __global NG_STORE(G_DTYPE) *db, int acc) {
+#if COMPUTE_DW
+  const float r[3] = {v.x, v.y, v.z};
+  for (uint j = 0; j < 3; j++) NG_ST1(G_DTYPE, dw, j, acc ? NG_LD1(G_DTYPE, dw, j) + r[j] : r[j]);
+#endif
+#if COMPUTE_DB
+  NG_ST1(G_DTYPE, db, 0, acc ? NG_LD1(G_DTYPE, db, 0) + v.w : v.w);
+#endif
+}
+#if NG_NV_SHFL && WG % 32 == 0
+inline float4 pn_warp_sum4(float4 v) {
+  for (int m = 16; m > 0; m >>= 1)
+    v += (float4)(ng_shfl_xor(v.x, m), ng_shfl_xor(v.y, m), ng_shfl_xor(v.z, m),
+                  ng_shfl_xor(v.w, m));
+  return v;
+}
+#endif
+inline void pn_chunk_reduce(__global volatile uint *a, __global const float *pdw,
+                            __global const float *pdb, __global NG_STORE(G_DTYPE) *dw,
+                            __global NG_STORE(G_DTYPE) *db, int acc, __local float4 *buf,
+                            __local uint *flag) {
+#if NG_NV_SHFL && WG % 32 == 0
+  /* read here, not taken from the row loop's: with get_num_groups and get_group_id the
+   * compiler kept this function's values live through the loop (98 registers instead of 80 at
+   * WG = 256 with PREFETCH, three groups a compute unit instead of four; H100 4096 with dW
+   * 83.6-84.1 -> 88.8-89.0 us) */
+  uint G, g;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(G));
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(g));
+#else
+  const uint G = get_num_groups(0), g = get_group_id(0);
+#endif
+  const uint lid = get_local_id(0);
+  const uint C = (G + PN_CHUNK_ROWS - 1) / PN_CHUNK_ROWS, c = g / PN_CHUNK_ROWS;
+  const uint c0 = c * PN_CHUNK_ROWS, cn = min((uint)PN_CHUNK_ROWS, G - c0);
+  __global volatile uint *crow = a + 1 + C;
+#if NG_NV_SHFL && WG % 32 == 0
+  (void)buf, (void)flag;
+  if (lid >= 32) return; /* work-item 0 wrote the group's row */
+  uint last = lid == 0 ? pn_count_last(&a[1 + c], cn) : 0u;
+  if (ng_shfl_idx((float)last, 0) == 0.0f) return;
+  float4 v = (float4)(0.0f);
+  for (uint k = lid; k < cn; k += 32) v += pn_part_row(pdw, pdb, c0 + k);
+  v = pn_warp_sum4(v);
+  if (C > 1) {
+    if (lid == 0) {
+      crow[4 * c] = as_uint(v.x);
+      crow[4 * c + 1] = as_uint(v.y);
+      crow[4 * c + 2] = as_uint(v.z);
+      crow[4 * c + 3] = as_uint(v.w);
+      last = pn_count_last(&a[0], C);
+    }
+    if (ng_shfl_idx((float)last, 0) == 0.0f) return;
+    v = (float4)(0.0f);
+    for (uint k = lid; k < C; k += 32) v += pn_crow(crow, k);
+    v = pn_warp_sum4(v);
+    for (uint k = lid; k < 4 * C; k += 32) crow[k] = 0u;
+  }
+#else
+  barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) *flag = pn_count_last(&a[1 + c], cn);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (*flag == 0u) return;
+  float4 v = (float4)(0.0f);
+  for (uint k = lid; k < cn; k += WG) v += pn_part_row(pdw, pdb, c0 + k);
+  v = ng_wg_sum4(v, buf);
+  if (C > 1) {
+    if (lid == 0) {
+      crow[4 * c] = as_uint(v.x);
+      crow[4 * c + 1] = as_uint(v.y);
+      crow[4 * c + 2] = as_uint(v.z);
+      crow[4 * c + 3] = as_uint(v.w);
+      *flag = pn_count_last(&a[0], C);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (*flag == 0u) return;
+    v = (float4)(0.0f);
+    for (uint k = lid; k < C; k += WG) v += pn_crow(crow, k);
+    v = ng_wg_sum4(v, buf);
+    for (uint k = lid; k < 4 * C; k += WG) crow[k] = 0u;
+  }
+#endif
+  if (lid == 0) pn_chunk_write(v, dw, db, acc);
+}
+#endif
+
 /* With S_p = Σ dy·x^p:
  *   dx = dy·(3·w0·r3·x² + 2·w1·r2·x + w2·r1) − x·(K3·x⁴ + K2·x² + K1),
  *   K3 = 3·w0·r3³·S3/n, K2 = 2·w1·r2³·S2/n, K1 = w2·r1³·S1/n;
  * dw = (Σ r3·S3, Σ r2·S2, Σ r1·S1) and db = Σ dy over this group's rows go to the group's row
- * of the partials: part_dw[g·3 …], part_db[g]; ng_reduce_partials sums the groups in order. */
+ * of the partials: part_dw[g·3 …], part_db[g], summed in the kernel (PN_CHUNK) or by
+ * ng_reduce_partials. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
                 __global const uchar *w, ulong w_off, int pdt, __global const float *rstd,
@@ -363,6 +494,9 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
                 ulong pdw_off, __global float *part_db, ulong pdb_off, uint rows, uint n,
                 NG_FUSED_ARGS) {
   __local float4 red4[WG];
+#if PN_CHUNK && (COMPUTE_DW || COMPUTE_DB) && WG > 1
+  __local uint flag; /* pn_chunk_reduce's word for the group */
+#endif
   PN_BWD_SETUP();
 #if COMPUTE_DW
   float dw3 = 0.0f, dw2 = 0.0f, dw1 = 0.0f;
@@ -464,12 +598,10 @@ ng_polynorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulong
     part_db[pdb_off + g] = dbs;
 #endif
   }
-#if FUSED_RED && (COMPUTE_DW || COMPUTE_DB) && WG > 1
-  /* dW's three columns and dB's one, a block each (the host plans blocks of four columns and
-   * so one reducer) */
-  ng_fused_reduce(fsync + fsync_off, part_dw + pdw_off, 3, part_db + pdb_off, 1, COMPUTE_DW,
-                  COMPUTE_DB, fdw + fdw_off, fdb + fdb_off, facc, fcw, freducers,
-                  (__local float *)red4, 4);
+#if PN_CHUNK && (COMPUTE_DW || COMPUTE_DB) && WG > 1
+  pn_chunk_reduce(fsync + fsync_off, part_dw + pdw_off, part_db + pdb_off, fdw + fdw_off,
+                  fdb + fdb_off, facc, red4, &flag);
+  (void)fcw, (void)freducers;
 #else
   NG_FUSED_UNUSED();
 #endif

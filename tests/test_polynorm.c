@@ -226,16 +226,16 @@ static void test_workgroup_shape(void **state) {
     }
 }
 
-/* dW and dB summed by the backward kernel's last group (NG_TUNE_FUSED_REDUCE, the default on
- * NVIDIA): one group, a few, more groups than rows; each gradient alone and both; accumulate.
- * (On a CPU device PolyNorm keeps the separate kernel: src/ops/polynorm.c says why.) */
+/* dW and dB summed in the backward kernel (pn_chunk_reduce in cl/polynorm.cl: chunks of 128
+ * partial rows, then the chunks' rows; NG_TUNE_FUSED_REDUCE = 2 forces it on a CPU device too, in
+ * the GPU shape): one group, a few, more groups than rows, 300 groups of 400 rows (three chunks,
+ * the last of 44) and two per compute unit; each gradient alone and both; accumulate. */
 static void test_fused_reduce(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
   ng_test_fused_reduce_shape(e->ctx, 64, 0);
-  /* the last: two per compute unit, where the reducers keep 16 rows in flight */
-  const unsigned groups[] = {1, 5, 40, ng_test_two_per_cu()};
-  const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}};
+  const unsigned groups[] = {1, 5, 40, 300, ng_test_two_per_cu()};
+  const size_t shapes[][2] = {{50, 1000}, {33, 77}, {1, 1024}, {400, 72}};
   uint64_t seed = 950;
   for (size_t g = 0; g < NG_ARRAY_LEN(groups); g++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, groups[g]));

@@ -56,26 +56,39 @@ static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes)
   return ng_coop_partials(c, 4, dw || db ? 1 : 0, bytes);
 }
 
-/* With the in-kernel reduction the gradients' dtype is built in (G_DTYPE); the weight's dtype is
- * otherwise a kernel argument. */
-static void fused_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l, bool on,
-                       ng_dtype w_dtype) {
+/* The held backward's in-kernel sum of its partial rows (PN_CHUNK, pn_chunk_reduce in
+ * cl/polynorm.cl): chunks of 128 rows summed by their last arriver, then the chunks' rows by the
+ * last of those, instead of the ng_reduce_partials launch; the gradients' dtype is built in
+ * (G_DTYPE), as the weight's is otherwise a kernel argument. NG_TUNE_FUSED_REDUCE turns it off
+ * (1) or on (2) on any GPU-shaped launch (the tests force it on PoCL with wg=). By default on
+ * NVIDIA, for groups of up to 128 work-items (N <= 2048 for 16-bit rows) and for 16-bit rows with
+ * dweight. H100, rows·N = 2^25, old and new binaries alternating, two runs:
+ *  - bf16 with dW 1024 85.1-85.5 -> 81.5 us, 2048 81.9-82.2 -> 78.5-79.1, 4096 83.7-84.2 ->
+ *    82.3-82.4; weight frozen (dB alone) 1024 84.9-85.7 -> 82.4-83.2, 2048 84.0-84.4 ->
+ *    82.1-83.2; f16 with dW 1024 86.0-86.3 -> 82.1-83.7, 4096 86.7-87.2 -> 84.5-84.6; f32 with
+ *    dW 1024 150.6-151.8 -> 148.1-149.2;
+ *  - not taken: bf16 dB alone at 4096 (groups of 256) 80.1-80.3 -> 86.2-86.4, where the kernel
+ *    took 78 registers instead of 64 and so three groups a compute unit instead of four; f32
+ *    with dW at 4096 151.6-151.9 -> 152.1-152.8. (f16 dB alone at 4096 gained, 88.4 -> 85.4-85.7,
+ *    and is left with bf16's rule.) */
+static bool chunk_wanted(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, bool dw) {
+  if (l->wg < 2) return false;
+  if (ctx->fused_reduce) return ctx->fused_reduce >= 2;
+  return l->nv_shfl && (l->wg <= 128 || (dw && xd != NG_F32));
+}
+
+static void chunk_opts(ng_opts *o, bool on, ng_dtype g_dtype) {
   if (!on) return;
-  ng_opts_add(o, "FUSED_RED", 1);
-  ng_opts_add(o, "NG_RED_F", ng_fused_rows_in_flight(ctx, l));
-  ng_opts_add(o, "G_DTYPE", w_dtype);
+  ng_opts_add(o, "PN_CHUNK", 1);
+  ng_opts_add(o, "G_DTYPE", g_dtype);
 }
 
-/* Whether the backward reduces in-kernel: as ng_fused_wanted, but never on a CPU device, where
- * PoCL 3.1 miscompiled this kernel with the reduction in it (crashes, with or without a loop
- * over the blocks; the same code in rmsnorm.cl and layernorm.cl runs right there), and by
- * default only with dW: dB alone measured slower in-kernel (H100, bf16, N = 4096: 79.7 -> 85.9
- * us, where with dW 92.0 -> 87.7). */
-static bool fused_wanted(const ng_context *ctx, const ng_row_launch *l, bool dw) {
-  if (ctx->info.type & CL_DEVICE_TYPE_CPU) return false;
-  return ng_fused_wanted(ctx, l, 3, 1) && (dw || ctx->fused_reduce >= 2);
+/* The uints of pn_chunk_reduce's area: its counter, one per chunk of PN_CHUNK_ROWS (128)
+ * groups, four per chunk row. */
+static size_t chunk_area(const ng_row_launch *l) {
+  const size_t chunks = (l->groups + 127) / 128;
+  return 1 + 5 * chunks;
 }
-
 
 /* The GPU kernels hold rows of up to PN_REG = 2 vectors per work-item (cl/polynorm.cl), whatever
  * a launch's reg_cols says (a CPU one says 1): the launches say so, since ng_coop_plan splits the
@@ -284,25 +297,35 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
     clReleaseMemObject(sync);
     return s;
   }
-  /* dW's three columns as one section (dB's one column rides in the same blocks) */
+  /* the kernel's arguments of the gradients (ng_fused_plan with no sections: set, off); with the
+   * in-kernel sum, the queue's counter area (none past NG_SYNC_QUEUES queues: a separate sum) */
   ng_fused f;
-  s = ng_fused_plan(ctx, queue, &l, 3,
-                    (compute_dw || compute_db) && fused_wanted(ctx, &l, compute_dw) ? 1 : 0,
-                    dweight, dbias, acc, &f);
+  s = ng_fused_plan(ctx, queue, &l, 3, 0, dweight, dbias, acc, &f);
+  cl_mem area = NULL;
+  if (s == NG_SUCCESS && (compute_dw || compute_db) && chunk_wanted(ctx, &l, x.dtype, compute_dw))
+    s = ng_sync_area(ctx, queue, chunk_area(&l), &area);
   if (s != NG_SUCCESS) return s;
+  f.on = area != NULL;
+  f.sync = area;
   const bool sep_reduce = (compute_dw || compute_db) && !f.on;
   ng_opts o;
   pass_opts(&o, &l, x.dtype, true, compute_dw, compute_db);
-  fused_opts(&o, ctx, &l, f.on, weight.dtype);
+  chunk_opts(&o, f.on, weight.dtype);
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, weight.dtype, &rprog);
-  if (s != NG_SUCCESS) return s;
+  if (s != NG_SUCCESS) {
+    if (area) clReleaseMemObject(area);
+    return s;
+  }
   const size_t groups = l.groups;
   ng_scratch sc;
   s = ng_scratch_acquire(ctx, scratch, groups * 4 * ((compute_dw ? 3 : 0) + (compute_db ? 1 : 0)),
                          &sc);
-  if (s != NG_SUCCESS) return s;
+  if (s != NG_SUCCESS) {
+    if (area) clReleaseMemObject(area);
+    return s;
+  }
 
   cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
   cl_ulong pdw = sc.offset_bytes / 4, pdb = pdw + (compute_dw ? groups * 3 : 0);
@@ -322,6 +345,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
                                    event);
   }
   ng_scratch_release(&sc);
+  if (area) clReleaseMemObject(area);
   return s;
 }
 
@@ -354,11 +378,11 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
               coop_opts(&o, &cp, fl[xi], (v - 1) & 1, (v - 1) >> 1, fl[wi]);
               s = fn(ctx, "polynorm", &o, user);
             }
-          } else if (v > 1 && fused_wanted(ctx, &lb, (v - 1) & 1)) {
+          } else if (v > 1 && chunk_wanted(ctx, &lb, fl[xi], (v - 1) & 1)) {
             /* with partials: the gradients' dtype too */
             for (size_t wi = 0; wi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; wi++) {
               ng_opts of = o;
-              fused_opts(&of, ctx, &lb, true, fl[wi]);
+              chunk_opts(&of, true, fl[wi]);
               s = fn(ctx, "polynorm", &of, user);
             }
           } else {
