@@ -182,17 +182,23 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * 80), not the fused add's (157 -> 197, frozen 137 -> 175). */
 static unsigned coop_x(bool fused) { return fused ? NG_COOP_F32 : NG_COOP_F32 | NG_COOP_F16; }
 
-/* The fused add's split backward with ds_out runs without the next-row prefetch, unless the
- * override or the tuned table (kind, when given) sets it. H100, bf16, rows·N = 2^25, whole
- * backward, two runs each, prefetch on -> off: with dW 16384 115.6-116.2 -> 110.8-111.3 us
- * (0.79 -> 0.82), 32768 118.8-122.9 -> 114.0-114.3 (0.77 -> 0.80), 65536 120.8-121.0 ->
- * 117.5-118.0; weight frozen 105.1-105.9 -> 101.1 (0.87 -> 0.90), 107.1 -> 102.7 (0.85 -> 0.89),
- * 108.9-109.1 -> 106.4-106.6. The other split backwards lost without it (RMSNorm 65536 94.6 ->
- * 102.9-103.5, LayerNorm 32768 98.2-98.4 -> 111.9-112.0, PolyNorm 16384 83.2-83.5 -> 85.2-85.4),
- * as did the fused add's held rows (1024-8192 with dW: 101-117 -> 115-126). */
-static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, const char *kind,
-                          size_t n, ng_coop *cp) {
+/* The fused add's split backward with ds_out runs without the next-row prefetch, except for
+ * f32 rows past 32768, unless the override or the tuned table (kind, when given) sets it. H100,
+ * rows·N = 2^25, whole backward, two runs each, prefetch on -> off:
+ *  - bf16 with dW 16384 115.6-116.2 -> 110.8-111.3 us (0.79 -> 0.82), 32768 118.8-122.9 ->
+ *    114.0-114.3 (0.77 -> 0.80), 65536 120.8-121.0 -> 117.5-118.0; weight frozen 105.1-105.9 ->
+ *    101.1 (0.87 -> 0.90), 107.1 -> 102.7 (0.85 -> 0.89), 108.9-109.1 -> 106.4-106.6 (confirmed
+ *    on this rule's own binary: with dW 114.6-116.1 -> 109.0-110.0 and 118.0-118.3 -> 113.9-114.0,
+ *    frozen 103.5-103.8 -> 100.0-100.2 and 105.9 -> 102.7-102.8);
+ *  - f32 with dW 16384 210.6-211.7 -> 202.5-204.2, 32768 219.7-221.4 -> 215.5-216.0, frozen
+ *    32768 221.5 -> 217.6; but 65536 219.2-221.2 -> 222.8-225.3, frozen 226.6 -> 229.4.
+ * The other split backwards lost without it (RMSNorm 65536 94.6 -> 102.9-103.5, LayerNorm 32768
+ * 98.2-98.4 -> 111.9-112.0, PolyNorm 16384 83.2-83.5 -> 85.2-85.4), as did the fused add's held
+ * rows (1024-8192 with dW: 101-117 -> 115-126). */
+static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dtype xd,
+                          const char *kind, size_t n, ng_coop *cp) {
   if (!fused || !has_ds || ctx->tune[NG_TUNE_PREFETCH]) return;
+  if (xd == NG_F32 && n > 32768) return;
   unsigned v[NG_TUNE_SLOTS] = {0};
   if (kind && ng_tuned_lookup(ctx, kind, n, v) && v[NG_TUNE_PREFETCH]) return;
   cp->l.prefetch = false;
@@ -279,7 +285,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                     coop_x(fused), &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
-  if (coop) coop_prefetch(ctx, fused, has_ds, rms_kind(fused, compute_dw), p->n, &cp);
+  if (coop) coop_prefetch(ctx, fused, has_ds, x.dtype, rms_kind(fused, compute_dw), p->n, &cp);
   size_t nblocks = 0, rgroups = 0;
   const bool split =
       compute_dw && !coop && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
@@ -445,7 +451,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
                                 ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
                                              coop_hold(fused, ds != 0),
                                              pass == 0 ? FWD_COOP_X : coop_x(fused), &cp);
-              if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, NULL, n, &cp);
+              if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, fl[xi], NULL, n, &cp);
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
                                      : fuse_ok(ctx, ds != 0) && ng_fused_wanted(ctx, &l, n, 1) &&
