@@ -321,13 +321,14 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                                      size_t n, bool vec_ok, int mode) {
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
-            NG_ROWS_MANY | NG_ROWS_POLY_DW);
+            NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
   const size_t pairs_upto = (flags & NG_ROWS_PAIRS_1K) ? 1024 : 512;
   const bool many = (flags & NG_ROWS_MANY) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool poly_dw = (flags & NG_ROWS_POLY_DW) != 0 && mode == NG_ROWS_POLY_BWD;
+  const bool poly_db = (flags & NG_ROWS_POLY_DB) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
@@ -407,12 +408,15 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
       rows_per = 2;
     }
-    if (poly_dw && nv16 && nv >= 256 && nv <= 512) {
-      /* NG_ROWS_POLY_DW. H100, rows·N = 2^25, whole backward, old and new binaries alternating,
-       * two runs: bf16 2048 83.1-83.8 -> 81.0-81.2 us (0.82 -> 0.84), 4096 87.0-87.1 -> 83.4-83.6
-       * (0.78 -> 0.82), f16 84.7-85.2 -> 81.2-81.3 and 87.2-87.3 -> 85.9; in a scan (prefetch
-       * forced), 1024 84.6-85.6 -> 83.9-84.1 and, with dbias alone, 4096 79.4-79.7 -> 82.9-83.3,
-       * 2048 even, 1024 85.3-85.6 -> 86.1-87.7, so the frozen backward goes without. */
+    if (nv16 && nv >= 128 && ((poly_dw && nv <= 512) || (poly_db && nv <= 256))) {
+      /* NG_ROWS_POLY_DW, NG_ROWS_POLY_DB. H100, rows·N = 2^25, whole backward, old and new
+       * binaries alternating, two runs: with dW bf16 2048 83.1-83.8 -> 81.0-81.2 us (0.82 ->
+       * 0.84), 4096 87.0-87.1 -> 83.4-83.6 (0.78 -> 0.82), f16 84.7-85.2 -> 81.2-81.3 and
+       * 87.2-87.3 -> 85.9 (then with the separate sum of the partials). With PolyNorm's chunked
+       * in-kernel sum (cl/polynorm.cl), in a scan (prefetch forced), with dW 1024 81.3-82.1 ->
+       * 78.6-79.9, 2048 even; dbias alone 1024 82.0-83.1 -> 78.8-78.9, 2048 82.1-83.8 ->
+       * 77.6-77.7 (before the chunks 1024 lost, 85.3-85.6 -> 86.1-87.7). dbias alone at 4096,
+       * which keeps the separate sum, lost: 79.4-79.7 -> 82.9-83.3. */
       prefetch = true;
     }
     if (one && nv16 && in_regs && l.reg_cols >= 4)

@@ -447,9 +447,11 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * add's frozen backward with ds_out and LayerNorm's with both parameters frozen take it. */
 #define NG_ROWS_MANY 0x1000
 /* Added to NG_ROWS_POLY_BWD (with NG_ROWS_X16) by PolyNorm's backward with dweight: on NVIDIA,
- * rows of 256-512 vectors (bf16 N = 2048-4096) prefetch the group's next row, which its frozen
- * backward (dbias alone) does not. */
+ * rows of 128-512 vectors (bf16 N = 1024-4096) prefetch the group's next row. NG_ROWS_POLY_DB,
+ * its backward with dbias alone: rows of 128-256 vectors do (N = 4096 sums its partials in a
+ * separate launch, and lost with the prefetch). */
 #define NG_ROWS_POLY_DW 0x4000
+#define NG_ROWS_POLY_DB 0x8000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

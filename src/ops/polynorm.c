@@ -129,21 +129,22 @@ static int fwd_mode(ng_dtype xd) {
   return NG_ROWS_FWD | NG_ROWS_PAIRS | (xd == NG_F32 ? 0 : NG_ROWS_X16);
 }
 
-/* The backward's launch mode (NG_ROWS_POLY_DW with dweight). */
-static int bwd_mode(ng_dtype xd, bool dw) {
-  return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) | (dw ? NG_ROWS_POLY_DW : 0);
+/* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone). */
+static int bwd_mode(ng_dtype xd, bool dw, bool db) {
+  return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) |
+         (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0);
 }
 
-/* The row launch of the forward (bwd false) or of the backward (with dweight: dw) and its
- * scratch query (the group count, which sizes the partials, depends on neither alignment nor
- * dw). */
+/* The row launch of the forward (bwd false) or of the backward (with dweight: dw; dbias: db) and
+ * its scratch query (the group count, which sizes the partials, depends on neither alignment nor
+ * the gradients). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
-                            bool bwd, bool dw, ng_dtype xd) {
+                            bool bwd, bool dw, bool db, ng_dtype xd) {
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
    * partials, so one group per row would make the reduction as long as the batch. The forward
    * takes it too, but for the rows NG_ROWS_PAIRS gives two a group. */
   ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", bwd ? SIZE_MAX : p->rows, p->n,
-                                           vec_ok, bwd ? bwd_mode(xd, dw) : fwd_mode(xd));
+                                           vec_ok, bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
   l.reg_cols = PN_HELD;
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
   if (l.groups == 0) l.groups = 1;
@@ -168,7 +169,7 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s != NG_SUCCESS) return s;
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8);
-  const ng_row_launch l = launch(ctx, p, vec_ok, false, false, x.dtype);
+  const ng_row_launch l = launch(ctx, p, vec_ok, false, false, false, x.dtype);
   /* long rows split across groups, when this queue gets a counter area */
   ng_coop cp;
   cl_mem sync = NULL;
@@ -211,7 +212,7 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   size_t count;
   ng_status s = ng_check_rows(p->rows, p->n, &count);
   if (s != NG_SUCCESS) return s;
-  const ng_row_launch l = launch(ctx, p, true, true, false, NG_F32);
+  const ng_row_launch l = launch(ctx, p, true, true, false, false, NG_F32);
   *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
   ng_coop c; /* rows may be split across groups instead: bf16's plan has the most sets (f16 rows
               * take it, f32 rows more slices of the same launch) */
@@ -282,7 +283,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                       ng_vec_aligned(ctx, dx, p->n, 8);
-  const ng_row_launch l = launch(ctx, p, vec_ok, true, compute_dw, x.dtype);
+  const ng_row_launch l = launch(ctx, p, vec_ok, true, compute_dw, compute_db, x.dtype);
   const bool acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   /* long rows split across groups (frozen or not, so that dx has the same bits), when this
    * queue gets a counter area */
@@ -363,7 +364,8 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
         lf.reg_cols = PN_HELD; /* as launch() */
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
           ng_row_launch lb = ng_choose_row_launch_k(ctx, NULL, (size_t)1 << 20, n, aligned != 0,
-                                                    bwd_mode(fl[xi], v > 0 && ((v - 1) & 1)));
+                                                    bwd_mode(fl[xi], v > 0 && ((v - 1) & 1),
+                                                             v > 0 && ((v - 1) >> 1)));
           lb.reg_cols = PN_HELD;
           ng_opts o;
           ng_coop cf; /* the forward's rows split across groups */
