@@ -379,6 +379,12 @@ inline float4 pn_part_row(__global const float *pdw, __global const float *pdb, 
   return (float4)(COMPUTE_DW ? pw[3 * r] : 0.0f, COMPUTE_DW ? pw[3 * r + 1] : 0.0f,
                   COMPUTE_DW ? pw[3 * r + 2] : 0.0f, COMPUTE_DB ? pb[r] : 0.0f);
 }
+inline void pn_crow_put(__global volatile uint *crow, uint k, float4 v) {
+  crow[4 * k] = as_uint(v.x);
+  crow[4 * k + 1] = as_uint(v.y);
+  crow[4 * k + 2] = as_uint(v.z);
+  crow[4 * k + 3] = as_uint(v.w);
+}
 inline float4 pn_crow(__global volatile const uint *crow, uint k) {
   return (float4)(as_float(crow[4 * k]), as_float(crow[4 * k + 1]), as_float(crow[4 * k + 2]),
                   as_float(crow[4 * k + 3]));
@@ -441,10 +447,7 @@ inline void pn_chunk_reduce(__global volatile uint *a, __global const float *pdw
   v = pn_warp_sum4(v);
   if (C > 1) {
     if (lid == 0) {
-      crow[4 * c] = as_uint(v.x);
-      crow[4 * c + 1] = as_uint(v.y);
-      crow[4 * c + 2] = as_uint(v.z);
-      crow[4 * c + 3] = as_uint(v.w);
+      pn_crow_put(crow, c, v);
       last = pn_count_last(&a[0], C);
     }
     if (ng_shfl_idx((float)last, 0) == 0.0f) return;
@@ -463,10 +466,7 @@ inline void pn_chunk_reduce(__global volatile uint *a, __global const float *pdw
   v = ng_wg_sum4(v, buf);
   if (C > 1) {
     if (lid == 0) {
-      crow[4 * c] = as_uint(v.x);
-      crow[4 * c + 1] = as_uint(v.y);
-      crow[4 * c + 2] = as_uint(v.z);
-      crow[4 * c + 3] = as_uint(v.w);
+      pn_crow_put(crow, c, v);
       *flag = pn_count_last(&a[0], C);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
