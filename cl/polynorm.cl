@@ -373,7 +373,7 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
  * one, which also waits for the group's own stores), with chunks of WG rows, gained 0.8-2.9 µs
  * at N = 1024 (H100, bf16) where this one gains 4.1-4.3: the wait keeps the group's slot through
  * the round trips, and these grids run in several waves. */
-#define PN_CHUNK_ROWS 128
+#define PN_CHUNK_ROWS PN_CHUNK /* the option's value: groups a chunk (src/ops/polynorm.c) */
 inline float4 pn_part_row(__global const float *pdw, __global const float *pdb, ulong r) {
   __global volatile const float *pw = pdw, *pb = pdb;
   return (float4)(COMPUTE_DW ? pw[3 * r] : 0.0f, COMPUTE_DW ? pw[3 * r + 1] : 0.0f,

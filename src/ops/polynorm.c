@@ -77,16 +77,18 @@ static bool chunk_wanted(const ng_context *ctx, const ng_row_launch *l, ng_dtype
   return l->nv_shfl && (l->wg <= 128 || (dw && xd != NG_F32));
 }
 
+/* Groups a chunk: the PN_CHUNK option's value */
+#define PN_CHUNK_ROWS 128
+
 static void chunk_opts(ng_opts *o, bool on, ng_dtype g_dtype) {
   if (!on) return;
-  ng_opts_add(o, "PN_CHUNK", 1);
+  ng_opts_add(o, "PN_CHUNK", PN_CHUNK_ROWS);
   ng_opts_add(o, "G_DTYPE", g_dtype);
 }
 
-/* The uints of pn_chunk_reduce's area: its counter, one per chunk of PN_CHUNK_ROWS (128)
- * groups, four per chunk row. */
+/* The uints of pn_chunk_reduce's area: its counter, one per chunk, four per chunk row. */
 static size_t chunk_area(const ng_row_launch *l) {
-  const size_t chunks = (l->groups + 127) / 128;
+  const size_t chunks = (l->groups + PN_CHUNK_ROWS - 1) / PN_CHUNK_ROWS;
   return 1 + 5 * chunks;
 }
 
