@@ -72,9 +72,7 @@ static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes)
  *    with dW at 4096 151.6-151.9 -> 152.1-152.8. (f16 dB alone at 4096 gained, 88.4 -> 85.4-85.7,
  *    and is left with bf16's rule.) */
 static bool chunk_wanted(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, bool dw) {
-  if (l->wg < 2) return false;
-  if (ctx->fused_reduce) return ctx->fused_reduce >= 2;
-  return l->nv_shfl && (l->wg <= 128 || (dw && xd != NG_F32));
+  return l->wg > 1 && ng_reduce_on(ctx, l->nv_shfl && (l->wg <= 128 || (dw && xd != NG_F32)));
 }
 
 /* Groups a chunk: the PN_CHUNK option's value */
