@@ -323,6 +323,20 @@ inline uint gn_ticket(__global volatile uint *sync, uint tickets, __local uint *
 }
 #endif
 
+#if SLOTS > 0 && WG > 1 && VEC == 8
+/* The unit's vectors into registers (zeros past the block's end). */
+#define GN_LOAD_UNIT(r, xb, v0, nvb)                                                                 \
+  do {                                                                                               \
+    _Pragma("unroll") for (int q = 0; q < SLOTS; q++) {                                              \
+      const uint i_ = (v0) + (uint)q * WG + lid;                                                     \
+      (r)[q] = i_ < (nvb) ? NG_LDRV(DTYPE, xb, i_) : (NG_RAWV(DTYPE))(0);                           \
+    }                                                                                                \
+  } while (0)
+/* The held kernels (one block per work-group, blocks blk = group, group + groups, …) prefetch the
+ * group's next block into L2 with PREFETCH, as the row ops' held rows do (ng_common.clh). */
+#define REG SLOTS
+#endif
+
 #if !BWD
 /* ---- forward ----------------------------------------------------------------------------------
  * y = rd((x − mean)·rstd·w[c] + b[c]). */
@@ -534,15 +548,6 @@ inline float2 gn_exchange(float4 mine, __global volatile uint *sync, __global fl
   return (float2)(mean, rsqrt(m2 / nf + eps));
 }
 
-/* The unit's vectors into registers (zeros past the block's end). */
-#define GN_LOAD_UNIT(r, xb, v0, nvb)                                                                 \
-  do {                                                                                               \
-    _Pragma("unroll") for (int q = 0; q < SLOTS; q++) {                                              \
-      const uint i_ = (v0) + (uint)q * WG + lid;                                                     \
-      (r)[q] = i_ < (nvb) ? NG_LDRV(DTYPE, xb, i_) : (NG_RAWV(DTYPE))(0);                           \
-    }                                                                                                \
-  } while (0)
-
 /* First kernel of the split forward on a GPU (replaces ng_groupnorm_fwd with split = 1): each
  * unit's statistics from chunks of WG·SLOTS vectors held in registers (an exact two-pass per
  * chunk, merged across chunks), so the loads of a chunk all go out at once instead of a chain of
@@ -687,6 +692,37 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
       atomic_xchg(&sync[2 + 2 * blk], 0u);
       atomic_xchg(&sync[3 + 2 * blk], 0u);
     }
+  }
+}
+
+/* ---- held blocks (GPU, U = 1) -----------------------------------------------------------------
+ * Many blocks of at most WG·SLOTS vectors: a work-group holds a whole block in registers as
+ * storage bits, so x is read once, the statistics are the exact two-pass over the registers (the
+ * block's sum, then the squared deviations from its mean), and no group waits for another: the
+ * one-pass kernel with U = 1 pays a ticket, a fence and a wait per block for nothing, and
+ * ng_groupnorm_fwd reads the block twice in a chain of merges. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_fwd_held(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
+                      __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
+                      __global XT *y, ulong y_off, __global float *mean, ulong mean_off,
+                      __global float *rstd, ulong rstd_off, uint blocks, uint G, uint Cg, uint S,
+                      float eps) {
+  __local float red[WG];
+  const uint lid = get_local_id(0);
+  x += x_off, y += y_off, mean += mean_off, rstd += rstd_off;
+  const uint sv = S / VEC, nvb = Cg * sv;
+  const ulong n = (ulong)nvb * VEC;
+  for (uint blk = get_group_id(0); blk < blocks; blk += get_num_groups(0)) {
+    NG_RAWV(DTYPE) r[SLOTS];
+    GN_LOAD_UNIT(r, x + blk * n, 0, nvb);
+    NG_SLICE_PREFETCH1(x, blk, get_num_groups(0), blocks, n, lid, nvb);
+    const float4 st = gn_unit_stats(r, 0, nvb, red);
+    const float mu = st.y / st.x, rs = rsqrt(st.z / st.x + eps);
+    if (lid == 0) {
+      mean[blk] = mu;
+      rstd[blk] = rs;
+    }
+    GN_STORE_UNIT_Y(r, y + blk * n, 0, nvb, (blk % G) * Cg, mu, rs);
   }
 }
 #endif
@@ -1157,5 +1193,163 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
 #endif
   }
 }
+#endif
+
+#if SLOTS > 0 && WG > 1 && VEC == 8
+/* ---- held blocks (GPU, U = 1) -----------------------------------------------------------------
+ * Many blocks of at most WG·SLOTS vectors: a work-group holds a block's x and dy in registers
+ * (storage bits), so each is read once, and dx follows the block sums Σ g·xhat, Σ g (one paired
+ * work-group sum, the same code whatever is frozen, so dx has the same bits). With dW or dB each
+ * vector's Σ dy·xhat and Σ dy go to local memory (double-buffered by block, so that the next
+ * block's writes need no barrier of their own), and each channel (sv consecutive vectors) is
+ * summed by T work-items, a power of two with T·Cg ≤ WG: each adds every T-th vector of the
+ * channel in order, then the T meet in a tree (local memory and barriers; on NVIDIA warp
+ * shuffles, and past 32 work-items a channel, which it takes only where a lane would add more
+ * than 16 vectors, the warps' sums in order through local memory after one barrier). A
+ * warp-shuffle sum per vector instead cost the shuffles' throughput (H100, bf16, [1, 8192,
+ * 4096], G = 4096: 94.9 us with dW against 78.3 frozen).
+ * The order is fixed by the shape alone: every run gives the same bits. With one sample
+ * (direct) a channel's sum is its gradient, written in the gradient's dtype (added to it with
+ * gacc), so no reduction launch follows; else row b of the partials dwp / dbp, which
+ * ng_reduce_partials sums. */
+/* dx widens x and dy again from their storage bits. For f16 on NVIDIA the compiler would rather
+ * keep the first widening's floats live through the channel sums (95 registers against bf16's 64
+ * with dW, one group of 512 a compute unit instead of two: H100, [1, 8192, 4096], G = 4096, 118.7
+ * us against bf16's 77.6); a volatile conversion cannot be merged with the first, so it widens
+ * again, as bf16's shifts do. */
+#if DTYPE == NG_F16 && NG_NV_SHFL
+inline float2 gn_f16x2_again(uint w) {
+  float a, b;
+  asm volatile("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}"
+               : "=f"(a), "=f"(b)
+               : "r"(w));
+  return (float2)(a, b);
+}
+inline float8 gn_f16x8_again(uint4 u) {
+  return (float8)(gn_f16x2_again(u.x), gn_f16x2_again(u.y), gn_f16x2_again(u.z),
+                  gn_f16x2_again(u.w));
+}
+#define GN_WIDEN_AGAIN(r) gn_f16x8_again(r)
+#else
+#define GN_WIDEN_AGAIN(r) NG_WIDENV(DTYPE, r)
+#endif
+#if GN_LW == 32
+#define GN_HELD_TFREE 32 /* work-items a channel beyond which each must add more than 16 vectors */
+#else
+#define GN_HELD_TFREE WG
+#endif
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
+                      __global const uchar *w, ulong w_off, int pdt, int has_w,
+                      __global const float *mean, ulong mean_off, __global const float *rstd,
+                      ulong rstd_off, __global XT *dx, ulong dx_off, __global float *dwp,
+                      ulong dwp_off, __global float *dbp, ulong dbp_off, uint blocks, uint G,
+                      uint Cg, uint S, __global uchar *gdw, ulong gdw_off, __global uchar *gdb,
+                      ulong gdb_off, int gdt, int gacc, int direct) {
+  __local float2 red[WG];
+#if COMPUTE_DW || COMPUTE_DB
+  __local float2 lc[2 * WG * SLOTS];
+  __local float2 lt[WG / GN_LW];
+#else
+  (void)gdw, (void)gdw_off, (void)gdb, (void)gdb_off, (void)gdt, (void)gacc, (void)direct;
+#endif
+  const uint lid = get_local_id(0);
+  dy += dy_off, x += x_off, dx += dx_off, mean += mean_off, rstd += rstd_off;
+  GN_DWP_OFF();
+  GN_DBP_OFF();
+  const uint sv = S / VEC, nvb = Cg * sv;
+  const ulong n = (ulong)nvb * VEC;
+  const float nf = (float)n;
+#if COMPUTE_DW || COMPUTE_DB
+  uint T = 1; /* work-items per channel */
+  while (T * 2 * Cg <= WG && T < sv && (T < GN_HELD_TFREE || sv / T > 16)) T *= 2;
+  const uint sub = lid % T;
+  uint buf = 0;
+#endif
+  for (uint blk = get_group_id(0); blk < blocks; blk += get_num_groups(0)) {
+    const ulong o = blk * n;
+    NG_RAWV(DTYPE) xr[SLOTS], dr[SLOTS];
+    GN_LOAD_UNIT(xr, x + o, 0, nvb);
+    GN_LOAD_UNIT(dr, dy + o, 0, nvb);
+    NG_SLICE_PREFETCH1(x, blk, get_num_groups(0), blocks, n, lid, nvb);
+    NG_SLICE_PREFETCH1(dy, blk, get_num_groups(0), blocks, n, lid, nvb);
+    const float mu = mean[blk], rs = rstd[blk];
+    const uint ch0 = (blk % G) * Cg;
+#if COMPUTE_DW || COMPUTE_DB
+    __local float2 *lb = lc + buf * (WG * SLOTS);
+#endif
+    float wc[SLOTS];
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
+#pragma unroll
+    for (int q = 0; q < SLOTS; q++) {
+      const uint i = (uint)q * WG + lid;
+      wc[q] = has_w && i < nvb ? gn_ld_param(w, w_off + ch0 + i / sv, pdt) : 1.0f;
+      const floatV d = NG_WIDENV(DTYPE, dr[q]), xh = (NG_WIDENV(DTYPE, xr[q]) - mu) * rs;
+      const floatV g = d * wc[q];
+      a1 = fma(g, xh, a1); /* zeros past the block's end add nothing */
+      a2 += g;
+#if COMPUTE_DW || COMPUTE_DB
+      if (i < nvb) lb[i] = (float2)(ng_hsum(d * xh), ng_hsum(d));
+#endif
+    }
+    /* its barriers also make lb visible to the whole group */
+    const float2 s = ng_wg_sum2((float2)(ng_hsum(a1), ng_hsum(a2)), red);
+#if COMPUTE_DW || COMPUTE_DB
+    for (uint c0 = 0; c0 < Cg; c0 += WG / T) { /* the same trip count in every work-item */
+      const uint c = c0 + lid / T;
+      float2 v = (float2)(0.0f);
+      if (c < Cg)
+        for (uint j = c * sv + sub; j < (c + 1) * sv; j += T) v += lb[j];
+#if GN_LW == 32
+      for (uint h = min(T, 32u) / 2; h > 0; h >>= 1)
+        v += (float2)(ng_shfl_xor(v.x, (int)h), ng_shfl_xor(v.y, (int)h));
+      if (T > 32) { /* Cg·T ≤ WG: the only pass of c0; lt is next written after the next block's
+                     * work-group sum */
+        if (lid % 32 == 0) lt[lid / 32] = v;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (sub == 0)
+          for (uint k = 1; k < T / 32; k++) v += lt[lid / 32 + k];
+      }
+#else
+      if (T > 1) {
+        lt[lid] = v;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint h = T / 2; h > 0; h >>= 1) {
+          if (sub < h) lt[lid] += lt[lid + h];
+          barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        v = lt[lid];
+        barrier(CLK_LOCAL_MEM_FENCE); /* lt is rewritten by the next channels */
+      }
+#endif
+      if (sub == 0 && c < Cg) {
+        const uint ch = ch0 + c;
+        if (direct) { /* element offsets in the gradient's dtype (gn_ld_param's convention) */
+          GN_IF_DW(gn_st_param(gdw, gdw_off + ch, gdt,
+                               gacc ? gn_ld_param(gdw, gdw_off + ch, gdt) + v.x : v.x));
+          GN_IF_DB(gn_st_param(gdb, gdb_off + ch, gdt,
+                               gacc ? gn_ld_param(gdb, gdb_off + ch, gdt) + v.y : v.y));
+        } else {
+          const ulong prow = (ulong)(blk / G) * (G * Cg);
+          GN_IF_DW(dwp[prow + ch] = v.x);
+          GN_IF_DB(dbp[prow + ch] = v.y);
+        }
+      }
+    }
+    /* the next block writes the other buffer; the one after it this one, after the next block's
+     * work-group sum, which every work-item reaches only once done reading here */
+    buf ^= 1u;
+#endif
+    const float c1 = ng_div(s.x, nf), c2 = ng_div(s.y, nf);
+    NG_UNROLL_STORES
+    for (int q = 0; q < SLOTS; q++) {
+      const uint i = (uint)q * WG + lid;
+      const floatV xh = (GN_WIDEN_AGAIN(xr[q]) - mu) * rs;
+      const floatV g = GN_WIDEN_AGAIN(dr[q]) * wc[q];
+      if (i < nvb) STX(dx + o, i, ((g - xh * c1) - c2) * rs);
+    }
+  }
+}
+#undef GN_HELD_TFREE
 #endif
 #endif

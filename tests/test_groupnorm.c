@@ -331,9 +331,8 @@ static void test_one_pass(void **state) {
 }
 
 /* Whether the forward (fwd) or the backward of a bf16 [B, C, S] call with G groups runs the
- * one-launch kernel, ng_groupnorm_fwd_lag or ng_groupnorm_bwd_lag (a profiling queue of its own
- * records the kernels' names). */
-static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
+ * kernel `want` (a profiling queue of its own records the kernels' names). */
+static bool takes_kernel(size_t B, size_t C, size_t S, size_t G, bool fwd, const char *want) {
   ng_test_env *e = ng_test_env_get();
   cl_int err;
   cl_command_queue pq = clCreateCommandQueue(e->cl_ctx, e->device, CL_QUEUE_PROFILING_ENABLE, &err);
@@ -361,11 +360,16 @@ static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
   NG_OK(ng_profile_end_each(NULL, &kernels, NULL, names, 4));
   bool found = false;
   for (unsigned i = 0; i < kernels && i < 4; i++)
-    found = found || strcmp(names[i], fwd ? "ng_groupnorm_fwd_lag" : "ng_groupnorm_bwd_lag") == 0;
+    found = found || strcmp(names[i], want) == 0;
   clReleaseMemObject(bx), clReleaseMemObject(bdx), clReleaseMemObject(bw);
   clReleaseMemObject(bdw), clReleaseMemObject(bm);
   clReleaseCommandQueue(pq);
   return found;
+}
+
+/* Whether the call runs the one-launch kernel, ng_groupnorm_fwd_lag or ng_groupnorm_bwd_lag. */
+static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
+  return takes_kernel(B, C, S, G, fwd, fwd ? "ng_groupnorm_fwd_lag" : "ng_groupnorm_bwd_lag");
 }
 
 /* The split backward in one launch (ng_groupnorm_bwd_lag: tickets, each unit's dx a lag after
@@ -435,6 +439,68 @@ static void test_one_launch_backward(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+}
+
+/* The held kernels (ng_groupnorm_fwd_held, ng_groupnorm_bwd_held: a whole block in one
+ * work-group's registers, the channels' gradient sums from runs of vectors) on 64 work-items
+ * holding 2 or 8 vectors each (forced: a CPU device's launch holds one):
+ * one sample (the kernel writes dweight / dbias) and several (partial rows and a reduction);
+ * channels of one run or of many (more than 64 runs per channel take the tree of T work-items),
+ * more channels in a block than work-items, more blocks than groups (the runs' two buffers), every
+ * x dtype, frozen combinations and accumulation, offsets. Each shape must take the kernels (checked
+ * by name) where they can: S a multiple of 256 on NVIDIA, whose runs are a warp's 32 vectors. */
+static void test_held(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  /* B, C, S, G, offset, x dtype; the last two take 8 register slots, the others 2 */
+  const gn_shape shapes[] = {{1, 8, 256, 4, 0, NG_BF16},  {3, 12, 256, 3, 8, NG_F32},
+                             {2, 96, 8, 1, 0, NG_F16},    {4, 6, 512, 6, 16, NG_BF16},
+                             {1, 2, 2048, 1, 0, NG_BF16}, {2, 4, 1024, 2, 8, NG_F16}};
+  const unsigned grids[] = {0, 3};
+  const ng_dtype wd[] = {NG_F32, NG_BF16, NG_F16};
+  uint64_t seed = 1500;
+  for (size_t gi = 0; gi < NG_ARRAY_LEN(grids); gi++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, grids[gi]));
+    for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+      const gn_shape *sh = &shapes[i];
+      NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, i >= 4 ? 8 : 2));
+      for (int v = 0; v < 2; v++) {
+        gn_case c = mk(sh->B, sh->C, sh->S, sh->G, sh->xd, wd[(gi + i + v) % 3], sh->off, seed++);
+        c.freeze_w = v == 1 && i % 2 == 0;
+        c.freeze_b = v == 1 && i % 2 == 1;
+        c.accumulate = (gi + i + v) % 2 == 1;
+        c.mean = i == 4 ? 50.0 : c.mean;
+        run_case(&c);
+      }
+    }
+  }
+  /* channels of 1024 vectors on 128 work-items: on NVIDIA a channel's 64 work-items (two warps,
+   * 16 vectors each) meet through local memory */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 128));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 8));
+  for (int v = 0; v < 2; v++) {
+    gn_case c = mk(v + 1, v + 1, 8192, v + 1, v ? NG_F32 : NG_BF16, NG_F32, 0, seed++);
+    c.accumulate = v == 1;
+    run_case(&c);
+  }
+  assert_true(takes_kernel(1, 1, 8192, 1, false, "ng_groupnorm_bwd_held"));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  assert_true(takes_kernel(1, 8, 256, 4, true, "ng_groupnorm_fwd_held"));
+  assert_true(takes_kernel(1, 8, 256, 4, false, "ng_groupnorm_bwd_held"));
+  assert_true(takes_kernel(3, 12, 256, 3, false, "ng_groupnorm_bwd_held"));
+  assert_true(takes_kernel(2, 96, 8, 1, true, "ng_groupnorm_fwd_held"));
+  /* blocks beyond the registers, unaligned rows, and the waiting kernels forced on: not held */
+  assert_false(takes_kernel(1, 2, 2048, 1, true, "ng_groupnorm_fwd_held"));
+  assert_false(takes_kernel(1, 8, 255, 4, true, "ng_groupnorm_fwd_held"));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 2));
+  assert_false(takes_kernel(1, 8, 256, 4, true, "ng_groupnorm_fwd_held"));
+  assert_false(takes_kernel(1, 8, 256, 4, false, "ng_groupnorm_bwd_held"));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
 }
 
@@ -907,7 +973,7 @@ int main(void) {
       T(test_split),         T(test_pipelined),       T(test_nan_weight_payload),
       T(test_workgroup_shape), T(test_finite_difference),
       T(test_deterministic), T(test_large_group),     T(test_prebuild),
-      T(test_one_pass),
+      T(test_one_pass),        T(test_held),
       T(test_one_launch_backward),
 #undef T
   };

@@ -338,6 +338,81 @@ static void lag_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, b
   if (lag_grad_wanted(x_dtype, dw, db)) ng_opts_add(o, "GN_FUSED_GRAD", 1);
 }
 
+/* The held kernels (cl/groupnorm.cl, ng_groupnorm_fwd_held / ng_groupnorm_bwd_held): whole
+ * blocks (plan pl unsplit, U = 1) of vector rows on a GPU-shaped launch, held in one work-group's
+ * registers. Their launch is the row ops' for rows as long as a block: the forward's, and for the
+ * backward the frozen backward's (no partial rows need a resident grid here), so that dx has the
+ * same bits whatever is frozen. Blocks beyond its registers keep the kernels below. Forcing the
+ * waiting kernels on (NG_TUNE_FUSED_REDUCE 2) keeps them for blocks this would take, so that they
+ * stay measurable and tested. */
+static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n, ng_dtype x_dtype,
+                                 bool bwd) {
+  const int mode = bwd ? ng_bwd_mode(false, x_dtype) : ng_fwd_raw_mode(x_dtype);
+  ng_row_launch l = ng_choose_row_launch(ctx, blocks, n, true, mode);
+  const size_t nv = n / 8;
+  if (!ctx->info.nv_shfl || x_dtype == NG_F32 || l.wg < 2 || l.vec != 8 || nv <= 256) return l;
+  /* On NVIDIA, 16-bit blocks, where the row ops' launch measured slower (H100, [1, R, N] bf16,
+   * rows·N = 2^25, kernel times in one run, forced through NORMGRAD_TUNE):
+   *  - forward of 513-2048 vectors: 4 a work-item, 8 groups a compute unit, no prefetch. Blocks
+   *    of 8192 (G = 4096 at N = 1024 and 4096): 512 × 2 with 528 groups, prefetching, 59.4 /
+   *    58.1 us, 256 × 4 with 1056 53.2 / 52.8 (54.9 / 54.3 prefetching); of 16384: 1024 × 2 with
+   *    264, prefetching, 69.2, 512 × 4 with 1056 55.6 (72.2 prefetching). Blocks of 4096 keep a
+   *    group a block (51.5, against 53.2 with 1056 groups);
+   *  - backward of 513 vectors and more, without the prefetch: blocks of 8192 with dW 78.0 / 80.4
+   *    -> 75.9 / 77.2 us, of 16384 88.8 -> 81.0; of 257-512 vectors (4096), a group per block
+   *    -> 8 groups of 256 a compute unit: 85.0 -> 75.6;
+   *  - f16's backward of 513-2048 vectors on 256 work-items, 4 or 8 vectors each: its kernel
+   *    takes 84 registers with dW (bf16's 64), so 512 × 2 fits one group a compute unit. With dW,
+   *    blocks of 8192 (G = 4096 at N = 4096 and 1024) 109.1 / 100.4 -> 78.2 / 77.2 us, of 16384
+   *    83.2 -> 78.4; bf16 was even or slower (76.8 / 75.7 -> 77.0 / 76.8, 82.3 -> 88.8). */
+  const bool wg_set = ctx->tune[NG_TUNE_WORKGROUP] || ctx->tune[NG_TUNE_REG_COLS];
+  const bool grid_set = ctx->tune[NG_TUNE_GROUPS] != 0, pf_set = ctx->tune[NG_TUNE_PREFETCH] != 0;
+  size_t g = 0;
+  if (!bwd && nv > 512 && nv <= 2048) {
+    if (!wg_set) {
+      l.wg = nv <= 1024 ? 256u : 512u;
+      l.reg_cols = 4;
+    }
+    g = (size_t)ctx->info.compute_units * 8;
+    if (!pf_set) l.prefetch = false;
+  } else if (bwd && nv > 512) {
+    if (!pf_set) l.prefetch = false;
+    if (x_dtype == NG_F16 && !wg_set && nv <= 2048) {
+      l.wg = 256;
+      l.reg_cols = nv <= 1024 ? 4 : 8;
+    }
+  } else if (bwd) {
+    g = (size_t)ctx->info.compute_units * (2048 / l.wg ? 2048 / l.wg : 1);
+  }
+  if (g && !grid_set) {
+    l.grid = (unsigned)g;
+    l.groups = (unsigned)(g < blocks ? g : blocks);
+  }
+  return l;
+}
+
+/* Whether launch l holds blocks of n elements: a GPU shape whose registers take the block, and
+ * for the backward local memory for two float pairs per vector and two per work-item. */
+static bool held_fits(const ng_context *ctx, const ng_row_launch *l, size_t n, bool bwd) {
+  return l->wg > 1 && l->vec == 8 && !ng_row_beyond_regs(l, n) &&
+         (!bwd || 2 * (size_t)l->wg * (l->reg_cols + 1) * 8 <= ctx->info.local_mem);
+}
+
+static bool held_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
+                      ng_dtype x_dtype, bool bwd, ng_row_launch *l) {
+  if (pl->split || pl->l.wg < 2 || pl->l.vec != 8 || ctx->fused_reduce >= 2) return false;
+  const size_t n = p->channels / p->groups * p->spatial;
+  *l = held_launch(ctx, p->batch * p->groups, n, x_dtype, bwd);
+  return held_fits(ctx, l, n, bwd);
+}
+
+/* Options of the held backward, launched as held_plan gives. */
+static void held_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
+                          bool db) {
+  bwd_opts(o, l, x_dtype, dw, db);
+  ng_opts_add(o, "SLOTS", l->reg_cols);
+}
+
 /* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
 static size_t fwd_scratch_floats(const gn_plan *pl, const gn_one *one) {
   const size_t a = pl->split ? (size_t)pl->units * 4 : 0, b = one ? (size_t)one->units * 4 : 0;
@@ -433,6 +508,32 @@ static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size
   return s;
 }
 
+/* The forward of held blocks (held_plan): one launch, no scratch. */
+static ng_status fwd_held(ng_context *ctx, cl_command_queue queue, const ng_groupnorm_params *p,
+                          const ng_row_launch *l, ng_tensor x, ng_tensor weight, ng_tensor bias,
+                          ng_tensor y, ng_tensor mean, ng_tensor rstd, cl_uint nwait,
+                          const cl_event *wait, cl_event *event) {
+  ng_opts o;
+  one_fwd_opts(&o, l, x.dtype);
+  cl_program prog;
+  ng_status s = ng_get_program(ctx, "groupnorm", &o, &prog);
+  if (s != NG_SUCCESS) return s;
+  cl_ulong xo = x.offset, wo = weight.offset, bo = bias.offset, yo = y.offset;
+  cl_ulong mo = mean.offset, ro = rstd.offset;
+  cl_int pdt = weight.mem ? weight.dtype : bias.mem ? bias.dtype : NG_F32;
+  cl_int has_w = weight.mem != NULL, has_b = bias.mem != NULL;
+  cl_uint blocks = (cl_uint)(p->batch * p->groups), G = (cl_uint)p->groups;
+  cl_uint Cg = (cl_uint)(p->channels / p->groups), S = (cl_uint)p->spatial;
+  float eps = p->eps;
+  const ng_arg args[] = {NG_ARG(x.mem),    NG_ARG(xo),    NG_ARG(weight.mem), NG_ARG(wo),
+                         NG_ARG(bias.mem), NG_ARG(bo),    NG_ARG(pdt),        NG_ARG(has_w),
+                         NG_ARG(has_b),    NG_ARG(y.mem), NG_ARG(yo),         NG_ARG(mean.mem),
+                         NG_ARG(mo),       NG_ARG(rstd.mem), NG_ARG(ro),      NG_ARG(blocks),
+                         NG_ARG(G),        NG_ARG(Cg),    NG_ARG(S),          NG_ARG(eps)};
+  return ng_enqueue(ctx, queue, prog, "ng_groupnorm_fwd_held", (size_t)l->groups * l->wg, l->wg,
+                    args, NG_ARRAY_LEN(args), nwait, wait, event);
+}
+
 ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
                                const ng_groupnorm_params *p, ng_tensor x, ng_tensor weight,
                                ng_tensor bias, ng_tensor y, ng_tensor mean, ng_tensor rstd,
@@ -457,6 +558,9 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   const bool vec_ok =
       ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
+  ng_row_launch hl;
+  if (held_plan(ctx, p, &pl, x.dtype, false, &hl))
+    return fwd_held(ctx, queue, p, &hl, x, weight, bias, y, mean, rstd, nwait, wait, event);
   gn_one one;
   cl_mem sync = NULL; /* the one-pass or one-launch kernel's counters; NULL: the two kernels */
   const bool onepass = one_plan(ctx, p, &pl.l, x.dtype, &one);
@@ -536,6 +640,53 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   return s;
 }
 
+/* The backward of held blocks (held_plan): one launch, which with one sample also writes
+ * dweight / dbias; with more, their partial rows (one per sample) go to one reduction launch. */
+static ng_status bwd_held(ng_context *ctx, cl_command_queue queue, const ng_groupnorm_params *p,
+                          const ng_row_launch *l, ng_tensor dy, ng_tensor x, ng_tensor weight,
+                          ng_tensor mean, ng_tensor rstd, ng_tensor dx, ng_tensor dweight,
+                          ng_tensor dbias, unsigned flags, ng_tensor scratch, cl_uint nwait,
+                          const cl_event *wait, cl_event *event) {
+  const bool dw = dweight.mem != NULL, db = dbias.mem != NULL, grads = dw || db;
+  const bool direct = p->batch == 1, acc = (flags & NG_ACCUMULATE_GRAD) != 0;
+  const ng_dtype gdt = dw ? dweight.dtype : dbias.dtype;
+  ng_opts o;
+  held_bwd_opts(&o, l, x.dtype, dw, db);
+  cl_program prog, rprog = NULL;
+  ng_status s = ng_get_program(ctx, "groupnorm", &o, &prog);
+  if (s == NG_SUCCESS && grads && !direct) s = ng_reduce_program(ctx, gdt, &rprog);
+  /* B·C partials per trained parameter (B·C·S was checked to fit) */
+  const size_t pc = grads && !direct ? p->batch * p->channels : 0;
+  ng_scratch sc;
+  if (s == NG_SUCCESS)
+    s = ng_scratch_acquire(ctx, scratch, ((dw ? pc : 0) + (db ? pc : 0)) * 4, &sc);
+  if (s != NG_SUCCESS) return s;
+  cl_int pdt = weight.mem ? weight.dtype : NG_F32, has_w = weight.mem != NULL;
+  cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, mo = mean.offset;
+  cl_ulong ro = rstd.offset, dxo = dx.offset, dwo = sc.offset_bytes / 4, dbo = dwo + (dw ? pc : 0);
+  cl_ulong gwo = dweight.offset, gbo = dbias.offset;
+  cl_mem dwp = dw && pc ? sc.mem : NULL, dbp = db && pc ? sc.mem : NULL;
+  cl_uint blocks = (cl_uint)(p->batch * p->groups), G = (cl_uint)p->groups;
+  cl_uint Cg = (cl_uint)(p->channels / p->groups), S = (cl_uint)p->spatial;
+  cl_int gdti = gdt, gacc = acc, gdirect = direct;
+  const ng_arg args[] = {
+      NG_ARG(dy.mem),      NG_ARG(dyo),  NG_ARG(x.mem),     NG_ARG(xo),   NG_ARG(weight.mem),
+      NG_ARG(wo),          NG_ARG(pdt),  NG_ARG(has_w),     NG_ARG(mean.mem), NG_ARG(mo),
+      NG_ARG(rstd.mem),    NG_ARG(ro),   NG_ARG(dx.mem),    NG_ARG(dxo),  NG_ARG(dwp),
+      NG_ARG(dwo),         NG_ARG(dbp),  NG_ARG(dbo),       NG_ARG(blocks), NG_ARG(G),
+      NG_ARG(Cg),          NG_ARG(S),    NG_ARG(dweight.mem), NG_ARG(gwo), NG_ARG(dbias.mem),
+      NG_ARG(gbo),         NG_ARG(gdti), NG_ARG(gacc),      NG_ARG(gdirect)};
+  s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_held", (size_t)l->groups * l->wg, l->wg,
+                 args, NG_ARRAY_LEN(args), nwait, wait, pc ? NULL : event);
+  if (s == NG_SUCCESS && pc) { /* both gradients in one launch */
+    const ng_reduce_section sw = {dwo, p->channels, dweight}, sb = {dbo, p->channels, dbias};
+    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)p->batch, &sw, &sb, acc,
+                                   0, NULL, event);
+  }
+  ng_scratch_release(&sc);
+  return s;
+}
+
 ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
                                 const ng_groupnorm_params *p, ng_tensor dy, ng_tensor x,
                                 ng_tensor weight, ng_tensor mean, ng_tensor rstd, ng_tensor dx,
@@ -572,6 +723,10 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
                       ng_vec_aligned(ctx, dy, p->spatial, 8) &&
                       ng_vec_aligned(ctx, dx, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
+  ng_row_launch hl;
+  if (held_plan(ctx, p, &pl, x.dtype, true, &hl))
+    return bwd_held(ctx, queue, p, &hl, dy, x, weight, mean, rstd, dx, dweight, dbias, flags,
+                    scratch, nwait, wait, event);
   gn_plan lq;
   const bool one = lag_plan(ctx, p, &pl, &lq);
   const gn_plan *u = one ? &lq : &pl; /* the plan the launches follow */
@@ -705,5 +860,20 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
           s = fn(ctx, "groupnorm", &o, user);
         }
     }
+  /* the held kernels, per block length (a block's launch is that of the next power of two, but
+   * for the prefetch, which the rules give some lengths in between and not the power: both) */
+  for (size_t n = 8; n <= ((size_t)1 << 26) && s == NG_SUCCESS; n *= 2)
+    for (size_t xi = 0; xi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; xi++)
+      for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
+        ng_row_launch l = held_launch(ctx, (size_t)1 << 20, n, fl[xi], v > 0);
+        if (!held_fits(ctx, &l, n, v > 0)) continue;
+        for (int pf = 0; pf < (l.nv_shfl ? 2 : 1) && s == NG_SUCCESS; pf++) {
+          l.prefetch = pf == 1;
+          ng_opts o;
+          if (v == 0) one_fwd_opts(&o, &l, fl[xi]);
+          else held_bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+          s = fn(ctx, "groupnorm", &o, user);
+        }
+      }
   return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;
 }
