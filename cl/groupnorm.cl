@@ -1213,10 +1213,10 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
  * gacc), so no reduction launch follows; else row b of the partials dwp / dbp, which
  * ng_reduce_partials sums. */
 /* dx widens x and dy again from their storage bits. For f16 on NVIDIA the compiler would rather
- * keep the first widening's floats live through the channel sums (95 registers against bf16's 64
- * with dW, one group of 512 a compute unit instead of two: H100, [1, 8192, 4096], G = 4096, 118.7
- * us against bf16's 77.6); a volatile conversion cannot be merged with the first, so it widens
- * again, as bf16's shifts do. */
+ * keep the first widening's floats live through the channel sums: 95 registers with dW where
+ * bf16 takes 64 (H100, [1, 8192, 4096], G = 4096, on 512 work-items: 118.7 us against bf16's
+ * 77.6). A volatile conversion cannot be merged with the first, so it widens again, as bf16's
+ * shifts do: 84 registers, 109.1 us; the host then gives f16 256 work-items (78.2 us). */
 #if DTYPE == NG_F16 && NG_NV_SHFL
 inline float2 gn_f16x2_again(uint w) {
   float a, b;
