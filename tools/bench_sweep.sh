@@ -11,10 +11,13 @@
 #                        [--frozen weight|all] [--no-torch] [--torch-device auto|cuda|cpu]
 #                        [--torch-impls eager,compile,liger] [--torch-passes forward,backward,both]
 #                        [--liger-path DIR] [--torch-ns "1024 16384"] [--flce-rows R]
-#                        [--flce-ns "4096"] [--vocab V]
+#                        [--flce-ns "4096"] [--vocab V] [--gn-block E]
 # --ops all = the five norm ops; flce runs only when named, at --flce-rows × each of --flce-ns with
 # --vocab classes. --frozen weight (default) freezes the weight alone in the frozen backward; all
-# freezes the bias too (both sides get the same flags). --torch-impls defaults to
+# freezes the bias too (both sides get the same flags). --gn-block E gives GroupNorm (rows =
+# channels of one sample) groups of max(1, E/N) channels, blocks of max(E, N) elements, instead of
+# the CLI's 32 groups (many groups, as in a diffusion U-Net; the peers get the same G); E and N
+# powers of two. --torch-impls defaults to
 # eager,compile,liger on CUDA and eager on a CPU; --torch-ns runs the norm ops' peers at those N
 # only (each peer process costs seconds of start-up and torch.compile time). A run that fails
 # leaves an "error" line (the table shows it) and the sweep goes on; the exit status is then 1.
@@ -22,7 +25,7 @@ set -euo pipefail
 cli=./build/normgrad-cli ops="rmsnorm" ns="1024 2048 4096 8192 16384 32768 65536"
 dtype=bf16 total=$((1 << 25)) out=bench.jsonl torch=1 tdev=auto timpls=""
 tpasses="forward,backward,both"
-liger="" device="" frozen=weight flce_rows=8192 flce_ns=4096 vocab=32000 torch_ns=""
+liger="" device="" frozen=weight flce_rows=8192 flce_ns=4096 vocab=32000 torch_ns="" gn_block=""
 all_ops="rmsnorm fused-add-rmsnorm layernorm groupnorm polynorm"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
     --liger-path) liger=$2; shift 2 ;; --device) device=$2; shift 2 ;;
     --frozen) frozen=$2; shift 2 ;; --flce-rows) flce_rows=$2; shift 2 ;;
     --flce-ns) flce_ns=$2; shift 2 ;; --vocab) vocab=$2; shift 2 ;;
-    --torch-ns) torch_ns=$2; shift 2 ;;
+    --torch-ns) torch_ns=$2; shift 2 ;; --gn-block) gn_block=$2; shift 2 ;;
     *) echo "bench_sweep: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -87,13 +90,18 @@ for op in $ops; do
   [ "$op" = flce ] && extra=(--vocab "$vocab")
   for n in $op_ns; do
     if [ "$op" = flce ]; then rows=$flce_rows; else rows=$((total / n)); fi
+    gopt=()
+    if [ "$op" = groupnorm ] && [ -n "$gn_block" ]; then
+      cpg=$((gn_block / n)); [ "$cpg" -ge 1 ] || cpg=1
+      gopt=(--groups $((rows / cpg)))
+    fi
     for pass in forward backward; do
       for fr in 0 1; do
         [ "$pass" = forward ] && [ "$fr" = 1 ] && continue
         flags=()
         [ "$fr" = 1 ] && flags=($freeze_flags)
         if "$cli" bench "$op" --rows "$rows" --hidden "$n" --dtype "$dtype" --pass "$pass" \
-             "${flags[@]}" "${extra[@]}" "${devopt[@]}" --json > "$tmp" 2> "$err"; then
+             "${flags[@]}" "${extra[@]}" "${gopt[@]}" "${devopt[@]}" --json > "$tmp" 2> "$err"; then
           cat "$tmp" >> "$out"
         else
           failed=1
@@ -108,7 +116,7 @@ for op in $ops; do
     # one process per (op, N): the trained passes, then the frozen backward ones
     if python3 "$here/bench_torch.py" --op "$op" --rows "$rows" --hidden "$n" --dtype "$dtype" \
          --device "$tdev" --impls "$timpls" --pass "$tpasses" --with-frozen "$frozen" \
-         "${extra[@]}" "${ligeropt[@]}" > "$tmp" 2> "$err"; then
+         "${extra[@]}" "${gopt[@]}" "${ligeropt[@]}" > "$tmp" 2> "$err"; then
       cat "$tmp" >> "$out"
     else
       failed=1
