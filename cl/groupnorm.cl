@@ -57,6 +57,10 @@ inline void gn_st_param(__global uchar *p, ulong i, int dt, float v) {
   else if (dt == NG_F16) vstore_half_rte(v, i, (__global half *)p);
   else ((__global ushort *)p)[i] = ng_f32_to_bf16(v);
 }
+/* A gradient element v, in its dtype, added to what the buffer holds with acc. */
+inline void gn_grad_put(__global uchar *p, ulong i, int dt, int acc, float v) {
+  gn_st_param(p, i, dt, acc ? gn_ld_param(p, i, dt) + v : v);
+}
 
 /* ---- statistics: count, compensated sum (hi + lo), sum of squared deviations from the mean ----
  * Merging two sets (Chan et al.) keeps M2 free of the E[x²] − mean² cancellation; the sum is
@@ -1184,10 +1188,8 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
           GN_IF_DB(sb += vb[(ulong)r * C + ch]);
         }
         /* element offsets in the gradient's dtype (gn_ld_param's convention) */
-        GN_IF_DW(gn_st_param(gdw, gdw_off + ch, gdt,
-                             gacc ? gn_ld_param(gdw, gdw_off + ch, gdt) + sw : sw));
-        GN_IF_DB(gn_st_param(gdb, gdb_off + ch, gdt,
-                             gacc ? gn_ld_param(gdb, gdb_off + ch, gdt) + sb : sb));
+        GN_IF_DW(gn_grad_put(gdw, gdw_off + ch, gdt, gacc, sw));
+        GN_IF_DB(gn_grad_put(gdb, gdb_off + ch, gdt, gacc, sb));
       }
     }
 #endif
@@ -1325,10 +1327,8 @@ ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x,
       if (sub == 0 && c < Cg) {
         const uint ch = ch0 + c;
         if (direct) { /* element offsets in the gradient's dtype (gn_ld_param's convention) */
-          GN_IF_DW(gn_st_param(gdw, gdw_off + ch, gdt,
-                               gacc ? gn_ld_param(gdw, gdw_off + ch, gdt) + v.x : v.x));
-          GN_IF_DB(gn_st_param(gdb, gdb_off + ch, gdt,
-                               gacc ? gn_ld_param(gdb, gdb_off + ch, gdt) + v.y : v.y));
+          GN_IF_DW(gn_grad_put(gdw, gdw_off + ch, gdt, gacc, v.x));
+          GN_IF_DB(gn_grad_put(gdb, gdb_off + ch, gdt, gacc, v.y));
         } else {
           const ulong prow = (ulong)(blk / G) * (G * Cg);
           GN_IF_DW(dwp[prow + ch] = v.x);
