@@ -391,10 +391,14 @@ static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n,
   return l;
 }
 
+/* Largest block of the held kernels, in vectors of 8: 16384 elements, the largest measured (the
+ * forward's launch would hold 32768 16-bit ones, the backward's not). */
+#define GN_HELD_MAX_VECS 2048u
+
 /* Whether launch l holds blocks of n elements: a GPU shape whose registers take the block, and
  * for the backward local memory for two float pairs per vector and two per work-item. */
 static bool held_fits(const ng_context *ctx, const ng_row_launch *l, size_t n, bool bwd) {
-  return l->wg > 1 && l->vec == 8 && !ng_row_beyond_regs(l, n) &&
+  return l->wg > 1 && l->vec == 8 && n / 8 <= GN_HELD_MAX_VECS && !ng_row_beyond_regs(l, n) &&
          (!bwd || 2 * (size_t)l->wg * (l->reg_cols + 1) * 8 <= ctx->info.local_mem);
 }
 
