@@ -866,7 +866,7 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
     }
   /* the held kernels, per block length (a block's launch is that of the next power of two, but
    * for the prefetch, which the rules give some lengths in between and not the power: both) */
-  for (size_t n = 8; n <= ((size_t)1 << 26) && s == NG_SUCCESS; n *= 2)
+  for (size_t n = 8; n <= 8 * GN_HELD_MAX_VECS && s == NG_SUCCESS; n *= 2)
     for (size_t xi = 0; xi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; xi++)
       for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
         ng_row_launch l = held_launch(ctx, (size_t)1 << 20, n, fl[xi], v > 0);
