@@ -448,7 +448,7 @@ static void test_one_launch_backward(void **state) {
  * one sample (the kernel writes dweight / dbias) and several (partial rows and a reduction);
  * channels of one run or of many (more than 64 runs per channel take the tree of T work-items),
  * more channels in a block than work-items, more blocks than groups (the runs' two buffers), every
- * x dtype, frozen combinations and accumulation, offsets. Each shape must take the kernels (checked
+ * x dtype, frozen combinations and accumulation, offsets, no weight (dbias alone). Each shape must take the kernels (checked
  * by name) where they can: S a multiple of 256 on NVIDIA, whose runs are a warp's 32 vectors. */
 static void test_held(void **state) {
   (void)state;
@@ -475,6 +475,14 @@ static void test_held(void **state) {
         run_case(&c);
       }
     }
+  }
+  /* no weight (w = 1): dbias alone, with one sample (written by the kernel) and with two */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  for (int v = 0; v < 2; v++) {
+    gn_case c = mk(v + 1, 8, 256, 4, v ? NG_F16 : NG_BF16, -1, v ? 8 : 0, seed++);
+    c.has_b = v == 1;
+    c.accumulate = v == 1;
+    run_case(&c);
   }
   /* channels of 1024 vectors on 128 work-items: on NVIDIA a channel's 64 work-items (two warps,
    * 16 vectors each) meet through local memory */
