@@ -443,13 +443,15 @@ static void test_one_launch_backward(void **state) {
 }
 
 /* The held kernels (ng_groupnorm_fwd_held, ng_groupnorm_bwd_held: a whole block in one
- * work-group's registers, the channels' gradient sums from runs of vectors) on 64 work-items
- * holding 2 or 8 vectors each (forced: a CPU device's launch holds one):
- * one sample (the kernel writes dweight / dbias) and several (partial rows and a reduction);
- * channels of one run or of many (more than 64 runs per channel take the tree of T work-items),
- * more channels in a block than work-items, more blocks than groups (the runs' two buffers), every
- * x dtype, frozen combinations and accumulation, offsets, no weight (dbias alone). Each shape must take the kernels (checked
- * by name) where they can: S a multiple of 256 on NVIDIA, whose runs are a warp's 32 vectors. */
+ * work-group's registers, each channel's gradient sums from T work-items) on 64 work-items holding
+ * 2 or 8 vectors each (forced: a CPU device's launch holds one), and 128 × 8 for channels of 1024
+ * vectors: one sample (the kernel writes dweight / dbias) and several (partial rows and a
+ * reduction); T = 1 (more channels in a block than work-items), up to 32, and beyond (on NVIDIA
+ * the warps' sums meet in local memory); more blocks than groups (the two buffers of per-vector
+ * sums); every x dtype and gradient dtype, frozen combinations, accumulation, offsets, no weight
+ * (dbias alone), blocks around 1000 (the statistics' plain f32 sums). Each call must take the
+ * kernels where they can (checked by name) and not beyond the registers, on unaligned rows or
+ * with the waiting kernels forced on. */
 static void test_held(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
