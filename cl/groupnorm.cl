@@ -11,6 +11,8 @@
  *    block merges the same values in the same order, so all of them agree bit for bit.
  *  - One pass (GPU forward, SLOTS > 0, see below): units held in registers exchange their
  *    statistics through global memory, so x is read once.
+ *  - Held blocks (GPU, U = 1, SLOTS > 0, see below): a work-group holds a whole block in its
+ *    registers, so x (and dy) are read once and no group waits for another.
  * Persistent grid: work-group i handles units i, i + groups, … . WG = 1 is a unit per work-item
  * (the CPU shape), WG > 1 a unit per work-group with local-memory reductions (the GPU shape).
  *
@@ -33,7 +35,7 @@
 #ifndef COMPUTE_DB
 #define COMPUTE_DB 1
 #endif
-/* SLOTS > 0 (GPU, vector rows): also build the one-pass kernels, a unit of WG·SLOTS vectors per
+/* SLOTS > 0 (GPU, vector rows): also build the one-pass and held kernels, WG·SLOTS vectors per
  * work-group held in registers */
 #ifndef SLOTS
 #define SLOTS 0
