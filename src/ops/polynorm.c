@@ -315,37 +315,31 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   cl_program prog, rprog = NULL;
   s = ng_get_program(ctx, "polynorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, weight.dtype, &rprog);
-  if (s != NG_SUCCESS) {
-    if (area) clReleaseMemObject(area);
-    return s;
-  }
   const size_t groups = l.groups;
   ng_scratch sc;
-  s = ng_scratch_acquire(ctx, scratch, groups * 4 * ((compute_dw ? 3 : 0) + (compute_db ? 1 : 0)),
-                         &sc);
-  if (s != NG_SUCCESS) {
-    if (area) clReleaseMemObject(area);
-    return s;
+  if (s == NG_SUCCESS)
+    s = ng_scratch_acquire(ctx, scratch,
+                           groups * 4 * ((compute_dw ? 3 : 0) + (compute_db ? 1 : 0)), &sc);
+  if (s == NG_SUCCESS) { /* the counter area, if any, is released once below */
+    cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset;
+    cl_ulong dxo = dx.offset, pdw = sc.offset_bytes / 4, pdb = pdw + (compute_dw ? groups * 3 : 0);
+    cl_mem mdw = compute_dw ? sc.mem : NULL, mdb = compute_db ? sc.mem : NULL;
+    cl_int pdt = weight.dtype;
+    cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
+    const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
+                           NG_ARG(weight.mem), NG_ARG(wo),     NG_ARG(pdt),   NG_ARG(rstd.mem),
+                           NG_ARG(ro),         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
+                           NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
+                           NG_ARG(n),          NG_FUSED_KARGS(f)};
+    s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args,
+                   NG_ARRAY_LEN(args), nwait, wait, sep_reduce ? NULL : event);
+    if (s == NG_SUCCESS && sep_reduce) { /* both gradients in one launch */
+      const ng_reduce_section sw = {pdw, 3, dweight}, sb = {pdb, 1, dbias};
+      s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, l.groups, &sw, &sb, acc, 0, NULL,
+                                     event);
+    }
+    ng_scratch_release(&sc);
   }
-
-  cl_ulong dyo = dy.offset, xo = x.offset, wo = weight.offset, ro = rstd.offset, dxo = dx.offset;
-  cl_ulong pdw = sc.offset_bytes / 4, pdb = pdw + (compute_dw ? groups * 3 : 0);
-  cl_mem mdw = compute_dw ? sc.mem : NULL, mdb = compute_db ? sc.mem : NULL;
-  cl_int pdt = weight.dtype;
-  cl_uint rows = (cl_uint)p->rows, n = (cl_uint)p->n;
-  const ng_arg args[] = {NG_ARG(dy.mem),     NG_ARG(dyo),    NG_ARG(x.mem), NG_ARG(xo),
-                         NG_ARG(weight.mem), NG_ARG(wo),     NG_ARG(pdt),   NG_ARG(rstd.mem),
-                         NG_ARG(ro),         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(mdw),
-                         NG_ARG(pdw),        NG_ARG(mdb),    NG_ARG(pdb),   NG_ARG(rows),
-                         NG_ARG(n),          NG_FUSED_KARGS(f)};
-  s = ng_enqueue(ctx, queue, prog, "ng_polynorm_bwd", groups * l.wg, l.wg, args, NG_ARRAY_LEN(args),
-                 nwait, wait, sep_reduce ? NULL : event);
-  if (s == NG_SUCCESS && sep_reduce) { /* both gradients in one launch */
-    const ng_reduce_section sw = {pdw, 3, dweight}, sb = {pdb, 1, dbias};
-    s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, l.groups, &sw, &sb, acc, 0, NULL,
-                                   event);
-  }
-  ng_scratch_release(&sc);
   if (area) clReleaseMemObject(area);
   return s;
 }
