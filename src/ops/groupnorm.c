@@ -404,7 +404,7 @@ static bool held_fits(const ng_context *ctx, const ng_row_launch *l, size_t n, b
 
 static bool held_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
                       ng_dtype x_dtype, bool bwd, ng_row_launch *l) {
-  if (pl->split || pl->l.wg < 2 || pl->l.vec != 8 || ctx->fused_reduce >= 2) return false;
+  if (pl->split || pl->l.wg < 2 || pl->l.vec != 8 || ng_reduce_on(ctx, false)) return false;
   const size_t n = p->channels / p->groups * p->spatial;
   *l = held_launch(ctx, p->batch * p->groups, n, x_dtype, bwd);
   return held_fits(ctx, l, n, bwd);
