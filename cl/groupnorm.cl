@@ -1205,7 +1205,8 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
  * (storage bits), so each is read once, and dx follows the block sums Σ g·xhat, Σ g (one paired
  * work-group sum, the same code whatever is frozen, so dx has the same bits). With dW or dB each
  * vector's Σ dy·xhat and Σ dy go to local memory (double-buffered by block, so that the next
- * block's writes need no barrier of their own), and each channel (sv consecutive vectors) is
+ * block's writes need no barrier of their own, where two buffers fit), and each channel (sv
+ * consecutive vectors) is
  * summed by T work-items, a power of two with T·Cg ≤ WG: each adds every T-th vector of the
  * channel in order, then the T meet in a tree (local memory and barriers; on NVIDIA warp
  * shuffles, and past 32 work-items a channel, which it takes only where a lane would add more
@@ -1237,6 +1238,11 @@ inline float8 gn_f16x8_again(uint4 u) {
 #else
 #define GN_WIDEN_AGAIN(r) NG_WIDENV(DTYPE, r)
 #endif
+/* HELD_BUFS: 2 (the default) or 1 buffer of per-vector pairs in local memory; one where two
+ * would not fit (wide blocks, held_bufs in src/ops/groupnorm.c) */
+#ifndef HELD_BUFS
+#define HELD_BUFS 2
+#endif
 #if GN_LW == 32
 #define GN_HELD_TFREE 32 /* work-items a channel beyond which each must add more than 16 vectors */
 #else
@@ -1252,7 +1258,7 @@ ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x,
                       ulong gdb_off, int gdt, int gacc, int direct) {
   __local float2 red[WG];
 #if COMPUTE_DW || COMPUTE_DB
-  __local float2 lc[2 * WG * SLOTS];
+  __local float2 lc[HELD_BUFS * WG * SLOTS];
   __local float2 lt[WG / GN_LW];
 #else
   (void)gdw, (void)gdw_off, (void)gdb, (void)gdb_off, (void)gdt, (void)gacc, (void)direct;
@@ -1280,7 +1286,7 @@ ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x,
     const float mu = mean[blk], rs = rstd[blk];
     const uint ch0 = (blk % G) * Cg;
 #if COMPUTE_DW || COMPUTE_DB
-    __local float2 *lb = lc + buf * (WG * SLOTS);
+    __local float2 *lb = lc + (HELD_BUFS == 2 ? buf : 0u) * (WG * SLOTS);
 #endif
     float wc[SLOTS];
     floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f);
@@ -1339,8 +1345,10 @@ ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x,
       }
     }
     /* the next block writes the other buffer; the one after it this one, after the next block's
-     * work-group sum, which every work-item reaches only once done reading here */
+     * work-group sum, which every work-item reaches only once done reading here. One buffer:
+     * the next block's writes wait for these reads. */
     buf ^= 1u;
+    if (HELD_BUFS == 1) barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     const float c1 = ng_div(s.x, nf), c2 = ng_div(s.y, nf);
     NG_UNROLL_STORES

@@ -515,6 +515,62 @@ static void test_held(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
 }
 
+/* Whether the tests run on an NVIDIA device (the library's 16-bit rules for wide blocks). */
+static bool on_nvidia(void) {
+  char vendor[256] = "";
+  clGetDeviceInfo(ng_test_env_get()->device, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+  return strstr(vendor, "NVIDIA") != NULL;
+}
+
+/* Held blocks on wide launches:
+ *  - one buffer of per-vector sums (a launch of more than 2560 vectors: 512 × 8 forced here),
+ *    with more blocks than groups, so that a group's next block waits for its channel sums;
+ *  - blocks of 20480-40960 elements on the device's own launch: on NVIDIA, 16-bit x takes the
+ *    held kernels there with as many slots as a block needs (5 of 512, 3-5 of 1024; the
+ *    backward up to 32768 elements, 6-8 slots of 512 with one buffer), elsewhere the others. */
+static void test_held_wide(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  uint64_t seed = 1600;
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 512));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 8));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 2));
+  for (int v = 0; v < 3; v++) { /* blocks of 1280 vectors, 10 channels of 128 */
+    gn_case c = mk(3, 20, 1024, 2, v == 1 ? NG_F16 : NG_BF16, v == 2 ? NG_BF16 : NG_F32,
+                   v ? 8 : 0, seed++);
+    c.freeze_w = v == 2;
+    c.accumulate = v == 1;
+    run_case(&c);
+  }
+  gn_case one = mk(1, 10, 1024, 1, NG_BF16, NG_F32, 0, seed++); /* dweight written directly */
+  run_case(&one);
+  assert_true(takes_kernel(3, 20, 1024, 2, false, "ng_groupnorm_bwd_held"));
+  ng_test_reset_overrides(e->ctx);
+
+  /* B, C, S, G, offset, x dtype: blocks of 20480, 24576, 32768 and 40960 */
+  const gn_shape shapes[] = {{2, 40, 1024, 2, 0, NG_BF16}, {1, 12, 4096, 2, 8, NG_F16},
+                             {2, 32, 2048, 2, 0, NG_BF16}, {1, 20, 4096, 2, 0, NG_BF16}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
+    const gn_shape *sh = &shapes[i];
+    for (int v = 0; v < 2; v++) {
+      gn_case c = mk(sh->B, sh->C, sh->S, sh->G, sh->xd, v ? NG_BF16 : NG_F32, sh->off, seed++);
+      c.freeze_w = v == 1 && i % 2 == 0;
+      c.freeze_b = v == 1;
+      c.accumulate = (i + v) % 2 == 1;
+      c.mean = i == 2 && v == 0 ? 1000.0 : c.mean;
+      run_case(&c);
+    }
+  }
+  const bool nv = on_nvidia();
+  assert_true(takes_kernel(2, 40, 1024, 2, true, "ng_groupnorm_fwd_held") == nv);
+  assert_true(takes_kernel(2, 40, 1024, 2, false, "ng_groupnorm_bwd_held") == nv);
+  assert_true(takes_kernel(2, 32, 2048, 2, false, "ng_groupnorm_bwd_held") == nv);
+  assert_true(takes_kernel(1, 20, 4096, 2, true, "ng_groupnorm_fwd_held") == nv);
+  /* beyond the wide launches: 40960 backward, 49152 forward */
+  assert_false(takes_kernel(1, 20, 4096, 2, false, "ng_groupnorm_bwd_held"));
+  assert_false(takes_kernel(1, 24, 4096, 2, true, "ng_groupnorm_fwd_held"));
+}
+
 /* A group of 1.2 million elements around 1000 with unit spread: E[x²] − mean² in f32 would lose
  * every digit of the variance; the mean must stay within an ulp or two. */
 static void test_large_group(void **state) {
@@ -984,7 +1040,7 @@ int main(void) {
       T(test_split),         T(test_pipelined),       T(test_nan_weight_payload),
       T(test_workgroup_shape), T(test_finite_difference),
       T(test_deterministic), T(test_large_group),     T(test_prebuild),
-      T(test_one_pass),        T(test_held),
+      T(test_one_pass),        T(test_held),            T(test_held_wide),
       T(test_one_launch_backward),
 #undef T
   };

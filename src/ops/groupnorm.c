@@ -339,14 +339,19 @@ static void lag_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, b
 }
 
 /* The held kernels (cl/groupnorm.cl, ng_groupnorm_fwd_held / ng_groupnorm_bwd_held): whole
- * blocks (plan pl unsplit, U = 1) of vector rows on a GPU-shaped launch, held in one work-group's
- * registers. Their launch is the row ops' for rows as long as a block: the forward's, and for the
- * backward the frozen backward's (no partial rows need a resident grid here), so that dx has the
- * same bits whatever is frozen. Blocks beyond its registers keep the kernels below. Forcing the
+ * blocks (plan pl unsplit, U = 1, or wide blocks however make_plan splits them) of vector rows on
+ * a GPU-shaped launch, held in one work-group's registers. Their launch is the row ops' for rows
+ * as long as a block: the forward's, and for the backward the frozen backward's (no partial rows
+ * need a resident grid here), so that dx has the same bits whatever is frozen (grads, whether
+ * the backward has a gradient, changes only the grid). Blocks beyond its registers keep the
+ * kernels below. Forcing the
  * waiting kernels on (NG_TUNE_FUSED_REDUCE 2) keeps them for blocks this would take, so that they
  * stay measurable and tested. */
+#define GN_HELD_MAX_VECS 2048u
+#define GN_HELD_WIDE_FWD 5120u /* held_max_vecs */
+#define GN_HELD_WIDE_BWD 4096u
 static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n, ng_dtype x_dtype,
-                                 bool bwd) {
+                                 bool bwd, bool grads) {
   const int mode = bwd ? ng_bwd_mode(false, x_dtype) : ng_fwd_raw_mode(x_dtype);
   ng_row_launch l = ng_choose_row_launch(ctx, blocks, n, true, mode);
   const size_t nv = n / 8;
@@ -368,7 +373,27 @@ static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n,
   const bool wg_set = ctx->tune[NG_TUNE_WORKGROUP] || ctx->tune[NG_TUNE_REG_COLS];
   const bool grid_set = ctx->tune[NG_TUNE_GROUPS] != 0, pf_set = ctx->tune[NG_TUNE_PREFETCH] != 0;
   size_t g = 0;
-  if (!bwd && nv > 512 && nv <= 2048) {
+  if (nv > GN_HELD_MAX_VECS) {
+    /* Wide blocks (held_max_vecs): as many vectors a work-item as the block needs, on 512
+     * work-items (1024 for a forward past 2560 vectors), no prefetch; the forward and the
+     * backward without gradients a group a block, with them two groups a compute unit. H100,
+     * bf16, [1, R, S], rows·N = 2^25, kernel times against the kernels these blocks took
+     * before (ng_groupnorm_fwd / _bwd, or the one-launch ones where make_plan split them):
+     *  - forward, blocks of 20480 (S = 1024, 20 channels a group) 85.7 -> 56.0 us with 512 × 5
+     *    (256 × 10 60.8, 1024 × 3 73.5); 24576 88.2 -> 70.4 with 1024 × 3 (512 × 6 72.6);
+     *    32768 74.2 -> 66.4 with 1024 × 4 (512 × 8 68.9); 40960 (S = 4096) 73.4 -> 62.5 with
+     *    1024 × 5 (512 × 10 64.4); 132 blocks of 40960 22.4 -> 16.1;
+     *  - backward with dW, blocks of 20480 132.7 -> 84.9 (a group a block 89.7), 24576 137.8
+     *    -> 90.7, 28672 142.6 -> 91.0, 32768 108.1 -> 98.0 (weight frozen 98.0 -> 99.6, both
+     *    frozen 91.8 -> 83.7); 40960 on 512 × 10 lost (107.4 -> 121.3, both frozen 92.1 ->
+     *    97.3), hence GN_HELD_WIDE_BWD. */
+    if (!wg_set) {
+      l.wg = bwd || nv <= 2560 ? 512u : 1024u;
+      l.reg_cols = (unsigned)((nv + l.wg - 1) / l.wg);
+    }
+    if (!pf_set) l.prefetch = false;
+    g = grads ? (size_t)ctx->info.compute_units * 2 : blocks;
+  } else if (!bwd && nv > 512 && nv <= 2048) {
     if (!wg_set) {
       l.wg = nv <= 1024 ? 256u : 512u;
       l.reg_cols = 4;
@@ -391,30 +416,49 @@ static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n,
   return l;
 }
 
-/* Largest block of the held kernels, in vectors of 8: 16384 elements, the largest measured (the
- * forward's launch would hold 32768 16-bit ones, the backward's not). */
-#define GN_HELD_MAX_VECS 2048u
+/* Largest block of the held kernels, in vectors of 8: 16384 elements (2048 vectors), the largest
+ * measured with the row ops' launch; on NVIDIA, 16-bit blocks of up to 40960 elements forward
+ * and 32768 backward with the wide launch (held_launch), as measured there. */
+static size_t held_max_vecs(const ng_context *ctx, ng_dtype x_dtype, bool bwd) {
+  if (!ctx->info.nv_shfl || x_dtype == NG_F32) return GN_HELD_MAX_VECS;
+  return bwd ? GN_HELD_WIDE_BWD : GN_HELD_WIDE_FWD;
+}
+
+/* Buffers of the held backward's per-vector pairs (HELD_BUFS) in launch l: two (no barrier
+ * between blocks) for at most 2560 vectors a group, where they fit beside the work-group sum's
+ * pair and the channel sums' pair a work-item (red, lt); else one where it fits (also where
+ * local memory is larger, so that a launch gets the same kernel on every device); 0: neither. */
+static unsigned held_bufs(const ng_context *ctx, const ng_row_launch *l) {
+  const size_t cap = (size_t)l->wg * l->reg_cols, pair = 8, other = 2 * (size_t)l->wg * pair;
+  if (cap <= 2560 && 2 * cap * pair + other <= ctx->info.local_mem) return 2;
+  return cap * pair + other <= ctx->info.local_mem ? 1 : 0;
+}
 
 /* Whether launch l holds blocks of n elements: a GPU shape whose registers take the block, and
- * for the backward local memory for two float pairs per vector and two per work-item. */
-static bool held_fits(const ng_context *ctx, const ng_row_launch *l, size_t n, bool bwd) {
-  return l->wg > 1 && l->vec == 8 && n / 8 <= GN_HELD_MAX_VECS && !ng_row_beyond_regs(l, n) &&
-         (!bwd || 2 * (size_t)l->wg * (l->reg_cols + 1) * 8 <= ctx->info.local_mem);
+ * for the backward local memory for the per-vector pairs (held_bufs). */
+static bool held_fits(const ng_context *ctx, const ng_row_launch *l, size_t n, ng_dtype x_dtype,
+                      bool bwd) {
+  return l->wg > 1 && l->vec == 8 && n / 8 <= held_max_vecs(ctx, x_dtype, bwd) &&
+         !ng_row_beyond_regs(l, n) && (!bwd || held_bufs(ctx, l) > 0);
 }
 
 static bool held_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
-                      ng_dtype x_dtype, bool bwd, ng_row_launch *l) {
-  if (pl->split || pl->l.wg < 2 || pl->l.vec != 8 || ng_reduce_on(ctx, false)) return false;
+                      ng_dtype x_dtype, bool bwd, bool grads, ng_row_launch *l) {
+  if (pl->l.wg < 2 || pl->l.vec != 8 || ng_reduce_on(ctx, false)) return false;
   const size_t n = p->channels / p->groups * p->spatial;
-  *l = held_launch(ctx, p->batch * p->groups, n, x_dtype, bwd);
-  return held_fits(ctx, l, n, bwd);
+  /* make_plan splits blocks to fill the device; wide blocks measured faster held even with a
+   * block per compute unit (H100, bf16, 132 blocks of 40960: forward 22.4 -> 16.1 us) */
+  if (pl->split && n / 8 <= GN_HELD_MAX_VECS) return false;
+  *l = held_launch(ctx, p->batch * p->groups, n, x_dtype, bwd, grads);
+  return held_fits(ctx, l, n, x_dtype, bwd);
 }
 
 /* Options of the held backward, launched as held_plan gives. */
-static void held_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
-                          bool db) {
+static void held_bwd_opts(const ng_context *ctx, ng_opts *o, const ng_row_launch *l,
+                          ng_dtype x_dtype, bool dw, bool db) {
   bwd_opts(o, l, x_dtype, dw, db);
   ng_opts_add(o, "SLOTS", l->reg_cols);
+  if ((dw || db) && held_bufs(ctx, l) == 1) ng_opts_add(o, "HELD_BUFS", 1);
 }
 
 /* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
@@ -563,7 +607,7 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
       ng_vec_aligned(ctx, x, p->spatial, 8) && ng_vec_aligned(ctx, y, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   ng_row_launch hl;
-  if (held_plan(ctx, p, &pl, x.dtype, false, &hl))
+  if (held_plan(ctx, p, &pl, x.dtype, false, false, &hl))
     return fwd_held(ctx, queue, p, &hl, x, weight, bias, y, mean, rstd, nwait, wait, event);
   gn_one one;
   cl_mem sync = NULL; /* the one-pass or one-launch kernel's counters; NULL: the two kernels */
@@ -655,7 +699,7 @@ static ng_status bwd_held(ng_context *ctx, cl_command_queue queue, const ng_grou
   const bool direct = p->batch == 1, acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   const ng_dtype gdt = dw ? dweight.dtype : dbias.dtype;
   ng_opts o;
-  held_bwd_opts(&o, l, x.dtype, dw, db);
+  held_bwd_opts(ctx, &o, l, x.dtype, dw, db);
   cl_program prog, rprog = NULL;
   ng_status s = ng_get_program(ctx, "groupnorm", &o, &prog);
   if (s == NG_SUCCESS && grads && !direct) s = ng_reduce_program(ctx, gdt, &rprog);
@@ -728,7 +772,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
                       ng_vec_aligned(ctx, dx, p->spatial, 8);
   const gn_plan pl = make_plan(ctx, p, vec_ok);
   ng_row_launch hl;
-  if (held_plan(ctx, p, &pl, x.dtype, true, &hl))
+  if (held_plan(ctx, p, &pl, x.dtype, true, compute_dw || compute_db, &hl))
     return bwd_held(ctx, queue, p, &hl, dy, x, weight, mean, rstd, dx, dweight, dbias, flags,
                     scratch, nwait, wait, event);
   gn_plan lq;
@@ -865,17 +909,19 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
         }
     }
   /* the held kernels, per block length (a block's launch is that of the next power of two, but
-   * for the prefetch, which the rules give some lengths in between and not the power: both) */
-  for (size_t n = 8; n <= 8 * GN_HELD_MAX_VECS && s == NG_SUCCESS; n *= 2)
+   * for the prefetch, which the rules give some lengths in between and not the power: both);
+   * then wide blocks every 512 vectors, which meets each of their slot counts */
+  for (size_t n = 8; n <= 8 * (size_t)GN_HELD_WIDE_FWD && s == NG_SUCCESS;
+       n = n < 8 * GN_HELD_MAX_VECS ? 2 * n : n + 8 * 512)
     for (size_t xi = 0; xi < NG_ARRAY_LEN(fl) && s == NG_SUCCESS; xi++)
       for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
-        ng_row_launch l = held_launch(ctx, (size_t)1 << 20, n, fl[xi], v > 0);
-        if (!held_fits(ctx, &l, n, v > 0)) continue;
+        ng_row_launch l = held_launch(ctx, (size_t)1 << 20, n, fl[xi], v > 0, v > 1);
+        if (!held_fits(ctx, &l, n, fl[xi], v > 0)) continue;
         for (int pf = 0; pf < (l.nv_shfl ? 2 : 1) && s == NG_SUCCESS; pf++) {
           l.prefetch = pf == 1;
           ng_opts o;
           if (v == 0) one_fwd_opts(&o, &l, fl[xi]);
-          else held_bwd_opts(&o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+          else held_bwd_opts(ctx, &o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
           s = fn(ctx, "groupnorm", &o, user);
         }
       }
