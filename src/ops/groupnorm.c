@@ -355,7 +355,19 @@ static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n,
   const int mode = bwd ? ng_bwd_mode(false, x_dtype) : ng_fwd_raw_mode(x_dtype);
   ng_row_launch l = ng_choose_row_launch(ctx, blocks, n, true, mode);
   const size_t nv = n / 8;
-  if (!ctx->info.nv_shfl || x_dtype == NG_F32 || l.wg < 2 || l.vec != 8 || nv <= 256) return l;
+  const bool pf_set = ctx->tune[NG_TUNE_PREFETCH] != 0;
+  if (!ctx->info.nv_shfl || l.wg < 2 || l.vec != 8) return l;
+  if (x_dtype == NG_F32) {
+    /* f32 blocks on NVIDIA without the prefetch of each group's next block. H100, f32, [1, R, N],
+     * rows·N = 2^25, kernel times in one run, forced through NORMGRAD_TUNE: blocks of 8192
+     * (G = 4096 at N = 4096) forward 131.2 -> 113.7 us, both frozen 172.9 -> 146.2, with dW
+     * even (153.9 / 153.8); of 16384 (G = 2048 at N = 2048 and 4096) forward 129.1 / 126.5 ->
+     * 117.0 / 116.1, with dW 169.2 / 173.0 -> 144.0 / 148.3, both frozen 168.9 / 168.0 ->
+     * 147.4 / 148.2; of 4096 even. */
+    if (!pf_set) l.prefetch = false;
+    return l;
+  }
+  if (nv <= 256) return l;
   /* On NVIDIA, 16-bit blocks, where the row ops' launch measured slower (H100, [1, R, N] bf16,
    * rows·N = 2^25, kernel times in one run, forced through NORMGRAD_TUNE):
    *  - forward of 513-2048 vectors: 4 a work-item, 8 groups a compute unit, no prefetch. Blocks
@@ -371,28 +383,33 @@ static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n,
    *    blocks of 8192 (G = 4096 at N = 4096 and 1024) 109.1 / 100.4 -> 78.2 / 77.2 us, of 16384
    *    83.2 -> 78.4; bf16 was even or slower (76.8 / 75.7 -> 77.0 / 76.8, 82.3 -> 88.8). */
   const bool wg_set = ctx->tune[NG_TUNE_WORKGROUP] || ctx->tune[NG_TUNE_REG_COLS];
-  const bool grid_set = ctx->tune[NG_TUNE_GROUPS] != 0, pf_set = ctx->tune[NG_TUNE_PREFETCH] != 0;
+  const bool grid_set = ctx->tune[NG_TUNE_GROUPS] != 0;
   size_t g = 0;
   if (nv > GN_HELD_MAX_VECS) {
     /* Wide blocks (held_max_vecs): as many vectors a work-item as the block needs, on 512
-     * work-items (1024 for a forward past 2560 vectors), no prefetch; the forward and the
-     * backward without gradients a group a block, with them two groups a compute unit. H100,
+     * work-items, no prefetch, a group a block, but two groups a compute unit for a backward
+     * with gradients; a forward past 2560 vectors on 1024 work-items, two groups a compute
+     * unit, each prefetching its next block (F, below). H100,
      * bf16, [1, R, S], rows·N = 2^25, kernel times against the kernels these blocks took
      * before (ng_groupnorm_fwd / _bwd, or the one-launch ones where make_plan split them):
      *  - forward, blocks of 20480 (S = 1024, 20 channels a group) 85.7 -> 56.0 us with 512 × 5
      *    (256 × 10 60.8, 1024 × 3 73.5); 24576 88.2 -> 70.4 with 1024 × 3 (512 × 6 72.6);
      *    32768 74.2 -> 66.4 with 1024 × 4 (512 × 8 68.9); 40960 (S = 4096) 73.4 -> 62.5 with
      *    1024 × 5 (512 × 10 64.4); 132 blocks of 40960 22.4 -> 16.1;
+     *  - F: the 1024-wide forward with two groups a compute unit, prefetching, against a group a
+     *    block: 24576 70.7 -> 66.6, 32768 66.6 -> 64.4, 40960 63.5 -> 62.4 (four a compute unit
+     *    66.7, 65.6, 60.0; three 67.9, 75.3, 62.5; at 20480 on 512 × 5 57.3 -> 69.9);
      *  - backward with dW, blocks of 20480 132.7 -> 84.9 (a group a block 89.7), 24576 137.8
      *    -> 90.7, 28672 142.6 -> 91.0, 32768 108.1 -> 98.0 (weight frozen 98.0 -> 99.6, both
      *    frozen 91.8 -> 83.7); 40960 on 512 × 10 lost (107.4 -> 121.3, both frozen 92.1 ->
      *    97.3), hence GN_HELD_WIDE_BWD. */
+    const bool wide_fwd = !bwd && nv > 2560;
     if (!wg_set) {
-      l.wg = bwd || nv <= 2560 ? 512u : 1024u;
+      l.wg = wide_fwd ? 1024u : 512u;
       l.reg_cols = (unsigned)((nv + l.wg - 1) / l.wg);
     }
-    if (!pf_set) l.prefetch = false;
-    g = grads ? (size_t)ctx->info.compute_units * 2 : blocks;
+    if (!pf_set) l.prefetch = wide_fwd;
+    g = grads || wide_fwd ? (size_t)ctx->info.compute_units * 2 : blocks;
   } else if (!bwd && nv > 512 && nv <= 2048) {
     if (!wg_set) {
       l.wg = nv <= 1024 ? 256u : 512u;
