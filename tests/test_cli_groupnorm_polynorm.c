@@ -331,6 +331,20 @@ static void test_bench(void **state) {
    * one per op) */
   const double pr = 64 * 12;
   check_bench("polynorm", "backward", true, false, 3 * x + 12 + pr + 4);
+  /* --batch B: x [B, rows, hidden], statistics [B, G], reported with the groups */
+  ng_cli_proc pb = ng_cli_run((const char *const[]){"bench", "groupnorm", "--rows", "64",
+                                                    "--hidden", "512", "--dtype", "bf16",
+                                                    "--batch", "3", "--groups", "4", "--json",
+                                                    NULL});
+  if (pb.code != 0) fail_msg("bench groupnorm --batch: exit %d: %s", pb.code, pb.err);
+  cJSON *j = cJSON_Parse(pb.out);
+  assert_true(cJSON_IsObject(j));
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "batch")->valuedouble, 3);
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "groups")->valuedouble, 4);
+  assert_true(fabs(cJSON_GetObjectItemCaseSensitive(j, "bytes")->valuedouble -
+                   (3 * 3 * x + gw + 2 * 3 * 4 * 4 + 2 * gw)) < 0.5);
+  cJSON_Delete(j);
+  ng_cli_proc_free(&pb);
   /* --groups must divide the rows (channels) */
   ng_cli_proc p = ng_cli_run((const char *const[]){"bench", "groupnorm", "--rows", "64",
                                                    "--hidden", "8", "--dtype", "f32", "--groups",

@@ -56,6 +56,7 @@ typedef struct cli_options {
   long long vocab;            /* --vocab V: bench flce's vocabulary size (default 32000) */
   long long chunk_rows;       /* --chunk-rows N */
   long long scratch_budget;   /* --scratch-budget BYTES */
+  long long batch;            /* --batch B: bench groupnorm's samples (0 = not given: 1) */
 } cli_options;
 
 /* Monotonic wall time in seconds (common.c), for the subcommands' own timing and progress. */

@@ -178,6 +178,7 @@ static int op_option(args *a, cli_options *o, char *err, size_t errlen) {
     return rc;
   }
   long long *ll = !strcmp(n, "--vocab")            ? &o->vocab
+                  : !strcmp(n, "--batch")          ? &o->batch
                   : !strcmp(n, "--chunk-rows")     ? &o->chunk_rows
                   : !strcmp(n, "--scratch-budget") ? &o->scratch_budget
                                                    : NULL;
@@ -494,6 +495,7 @@ static int cmd_inspect(int argc, char **argv) {
   "  --offset F              RMSNorm weight offset: w' = offset + w (default 0)\n"               \
   "  --casting-mode M        RMSNorm rounding: llama (default), gemma, none\n"                   \
   "  --groups G              GroupNorm group count\n"                                            \
+  "  --batch B               GroupNorm bench: samples, x = [B, rows, hidden] (default 1)\n"      \
   "  --freeze-weight         no weight gradient (dweight absent)\n"                              \
   "  --freeze-bias           no bias gradient (dbias absent)\n"                                  \
   "  --no-input-grad         FLCE: no dinput\n"                                                  \

@@ -3,8 +3,9 @@
  * y (x's dtype and shape), mean and rstd (F32 [B, G]), and with dy: dx (like x), dweight and
  * dbias (the parameters' dtype, [C]; absent with --freeze-weight / --freeze-bias).
  *
- * bench: x is [1, rows, hidden] — `rows` channels of `hidden` spatial elements in one sample —
- * with --groups G (default 32, or 1 when 32 does not divide rows), f32 weight and bias [rows]. */
+ * bench: x is [B, rows, hidden] — `rows` channels of `hidden` spatial elements in each of
+ * --batch B samples (default 1) — with --groups G (default 32, or 1 when 32 does not divide
+ * rows), f32 weight and bias [rows]. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -109,6 +110,7 @@ typedef struct gn_bench {
   ng_dtype xd;
   bool frozen_w, frozen_b;
   cl_mem x, w, b, y, mean, rstd, dy, dx, dw, db, fscratch, bscratch;
+  cli_bench_more more[2]; /* the shape's batch and groups, in the report */
 } gn_bench;
 
 static ng_tensor opt(cl_mem m, ng_dtype dt) {
@@ -145,8 +147,9 @@ static void bench_cleanup(void *state) {
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
                        cli_bench_case *cases, int *ncases, void **state, char *err, size_t errlen) {
   const size_t C = spec->rows, S = spec->hidden, es = ng_dtype_size(spec->dtype);
-  if (S != 0 && C > SIZE_MAX / S / es) {
-    snprintf(err, errlen, "rows x hidden overflows");
+  const size_t B = o->batch > 0 ? (size_t)o->batch : 1;
+  if (S != 0 && C > SIZE_MAX / S / es / B) {
+    snprintf(err, errlen, "batch x rows x hidden overflows");
     return CLI_USAGE;
   }
   const size_t G = o->groups > 0 ? (size_t)o->groups : C % 32 == 0 ? 32 : 1;
@@ -157,11 +160,11 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   }
   gn_bench *g = calloc(1, sizeof *g);
   if (!g) return CLI_DEVICE;
-  g->p = (ng_groupnorm_params){1, C, S, G, o->eps};
+  g->p = (ng_groupnorm_params){B, C, S, G, o->eps};
   g->xd = spec->dtype;
   g->frozen_w = spec->freeze_weight;
   g->frozen_b = spec->freeze_bias;
-  const size_t xb = C * S * es;
+  const size_t xn = B * C * S, xb = xn * es, nst = B * G;
   size_t fbytes = 0, bbytes = 0;
   ng_status s = ng_groupnorm_forward_scratch_size(env->ctx, &g->p, &fbytes);
   if (s == NG_SUCCESS)
@@ -171,21 +174,28 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
     rc = cli_fail_status(s, "groupnorm scratch size", err, errlen);
     goto fail;
   }
-  if (!(g->x = cli_random_buffer(env, spec->dtype, C * S, 1, 0.0, 1.0, err, errlen)) ||
+  if (!(g->x = cli_random_buffer(env, spec->dtype, xn, 1, 0.0, 1.0, err, errlen)) ||
       !(g->w = cli_random_buffer(env, NG_F32, C, 2, 1.0, 0.2, err, errlen)) ||
       !(g->b = cli_random_buffer(env, NG_F32, C, 4, 0.0, 0.2, err, errlen)) ||
-      !(g->dy = cli_random_buffer(env, spec->dtype, C * S, 3, 0.0, 1.0, err, errlen)) ||
+      !(g->dy = cli_random_buffer(env, spec->dtype, xn, 3, 0.0, 1.0, err, errlen)) ||
       !(g->y = cli_alloc(env, xb, err, errlen)) || !(g->dx = cli_alloc(env, xb, err, errlen)) ||
-      !(g->mean = cli_alloc(env, G * 4, err, errlen)) ||
-      !(g->rstd = cli_alloc(env, G * 4, err, errlen)) ||
+      !(g->mean = cli_alloc(env, nst * 4, err, errlen)) ||
+      !(g->rstd = cli_alloc(env, nst * 4, err, errlen)) ||
       (!g->frozen_w && !(g->dw = cli_alloc(env, C * 4, err, errlen))) ||
       (!g->frozen_b && !(g->db = cli_alloc(env, C * 4, err, errlen))) ||
       (fbytes && !(g->fscratch = cli_alloc(env, fbytes, err, errlen))) ||
       (bbytes && !(g->bscratch = cli_alloc(env, bbytes, err, errlen))))
     goto fail;
-  const double x = (double)xb, w = 4.0 * (double)C, st = 2 * 4.0 * (double)G;
+  const double x = (double)xb, w = 4.0 * (double)C, st = 2 * 4.0 * (double)nst;
   cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + 2 * w + x + st, .run = bench_fwd};
   cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + w + st + x + (g->frozen_w ? 0 : w) + (g->frozen_b ? 0 : w), .run = bench_bwd};
+  for (int i = 0; i < 2; i++) {
+    g->more[i].extra[0].key = "batch";
+    g->more[i].extra[0].value = (double)B;
+    g->more[i].extra[1].key = "groups";
+    g->more[i].extra[1].value = (double)G;
+    cli_bench_attach(&cases[i], &g->more[i]);
+  }
   *ncases = 2;
   *state = g;
   return CLI_OK;
