@@ -1215,8 +1215,8 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
  * 4096], G = 4096: 94.9 us with dW against 78.3 frozen).
  * The order is fixed by the shape alone: every run gives the same bits. With one sample
  * (direct) a channel's sum is its gradient, written in the gradient's dtype (added to it with
- * gacc), so no reduction launch follows; else row b of the partials dwp / dbp, which
- * ng_reduce_partials sums. */
+ * gacc), so no reduction launch follows; else row b of the partials dwp / dbp, which the grid's
+ * last groups sum (FUSED_RED, gn_held_reduce) or ng_reduce_partials does. */
 /* dx widens x and dy again from their storage bits. For f16 on NVIDIA the compiler would rather
  * keep the first widening's floats live through the channel sums: 95 registers with dW where
  * bf16 takes 64 (H100, [1, 8192, 4096], G = 4096, on 512 work-items: 118.7 us against bf16's
@@ -1243,6 +1243,35 @@ inline float8 gn_f16x8_again(uint4 u) {
 #ifndef HELD_BUFS
 #define HELD_BUFS 2
 #endif
+/* FUSED_RED (several samples, built only for them): the partial rows, one per sample, are summed
+ * by the grid's last groups to finish (ng_fused_arrive: at most half the compute units wait for
+ * the rest) and written in the gradients' dtype (a kernel argument here), so no
+ * ng_reduce_partials launch follows. Every group arrives once, after its last block (one fence
+ * and one atomic a group; the host takes it only on a resident grid, held_fused_wanted).
+ * Reducer k's work-items each take columns (k + i·reducers)·WG + lid of the dW then dB sections
+ * and add the B rows in order (the same bits every run, whatever the grid), without barriers.
+ * Register counts on the H100 (bf16, with dW and dB), which set how many groups a compute unit
+ * holds: 64 at 512 × 2 and 80 at 256 × 3, as without the sum. The row ops' blocks of columns
+ * met in a tree (ng_fused_sum_block) took 96-99 at 512 × 2, and so did arriving before the last
+ * block's dx stores (so that the fence would not wait for them), which keeps x and dy live
+ * across the wait: 96, and 120 at 256 × 3 (docs/groupnorm.md has the times). */
+#if FUSED_RED && (COMPUTE_DW || COMPUTE_DB)
+inline void gn_held_reduce(__global volatile uint *sync, uint k, uint B, __global const float *pw,
+                           __global const float *pb, uint C, __global uchar *gdw, ulong gdw_off,
+                           __global uchar *gdb, ulong gdb_off, int gdt, int gacc, uint reducers) {
+  const uint nw = COMPUTE_DW ? C : 0, tot = nw + (COMPUTE_DB ? C : 0);
+  for (uint q = k * WG + get_local_id(0); q < tot; q += reducers * WG) {
+    const bool is_w = q < nw;
+    const uint c = is_w ? q : q - nw;
+    __global volatile const float *p = (__global volatile const float *)(is_w ? pw : pb) + c;
+    float v = 0.0f;
+    for (uint r = 0; r < B; r++) v += p[(ulong)r * C];
+    if (is_w) gn_grad_put(gdw, gdw_off + c, gdt, gacc, v);
+    else gn_grad_put(gdb, gdb_off + c, gdt, gacc, v);
+  }
+  ng_fused_depart(sync, reducers);
+}
+#endif
 #if GN_LW == 32
 #define GN_HELD_TFREE 32 /* work-items a channel beyond which each must add more than 16 vectors */
 #else
@@ -1255,8 +1284,14 @@ ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x,
                       ulong rstd_off, __global XT *dx, ulong dx_off, __global float *dwp,
                       ulong dwp_off, __global float *dbp, ulong dbp_off, uint blocks, uint G,
                       uint Cg, uint S, __global uchar *gdw, ulong gdw_off, __global uchar *gdb,
-                      ulong gdb_off, int gdt, int gacc, int direct) {
+                      ulong gdb_off, int gdt, int gacc, int direct, __global volatile uint *fsync,
+                      ulong fsync_off, uint freducers) {
   __local float2 red[WG];
+#if FUSED_RED && (COMPUTE_DW || COMPUTE_DB)
+  fsync += fsync_off;
+#else
+  (void)fsync, (void)fsync_off, (void)freducers;
+#endif
 #if COMPUTE_DW || COMPUTE_DB
   __local float2 lc[HELD_BUFS * WG * SLOTS];
   __local float2 lt[WG / GN_LW];
@@ -1359,6 +1394,13 @@ ng_groupnorm_bwd_held(__global const XT *dy, ulong dy_off, __global const XT *x,
       if (i < nvb) STX(dx + o, i, ((g - xh * c1) - c2) * rs);
     }
   }
+#if FUSED_RED && (COMPUTE_DW || COMPUTE_DB)
+  /* red is free: its last reads precede the arrival's first barrier */
+  const int k = ng_fused_arrive(fsync, freducers, (__local float *)red);
+  if (k >= 0)
+    gn_held_reduce(fsync, (uint)k, blocks / G, dwp, dbp, G * Cg, gdw, gdw_off, gdb, gdb_off, gdt,
+                   gacc, freducers);
+#endif
 }
 #undef GN_HELD_TFREE
 #endif

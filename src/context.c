@@ -748,20 +748,35 @@ static void fused_on(ng_fused *out, size_t cw, size_t reducers) {
   out->reducers = (cl_uint)reducers;
 }
 
+/* The queue's two counters into plan out (false: none, past NG_SYNC_QUEUES queues, or *s). */
+static bool fused_counters(ng_context *ctx, cl_command_queue q, ng_fused *out, ng_status *s) {
+  pthread_mutex_lock(&ctx->lock);
+  const int slot = sync_slot(ctx, q, s);
+  pthread_mutex_unlock(&ctx->lock);
+  if (slot < 0) return false;
+  out->sync = ctx->sync_buf;
+  out->sync_off = 2 * (cl_ulong)slot;
+  return true;
+}
+
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
                         size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
   fused_off(out, dw, db, acc);
   if (!ng_fused_wanted(ctx, l, ncols, sections)) return NG_SUCCESS;
   ng_status s;
-  pthread_mutex_lock(&ctx->lock);
-  const int slot = sync_slot(ctx, q, &s);
-  pthread_mutex_unlock(&ctx->lock);
-  if (slot < 0) return s;
+  if (!fused_counters(ctx, q, out, &s)) return s;
   size_t cw, reducers;
   fused_shape(ctx, l, ncols, sections, &cw, &reducers);
   fused_on(out, cw, reducers);
-  out->sync = ctx->sync_buf;
-  out->sync_off = 2 * (cl_ulong)slot;
+  return NG_SUCCESS;
+}
+
+ng_status ng_fused_plan_own(ng_context *ctx, cl_command_queue q, size_t reducers, ng_tensor dw,
+                            ng_tensor db, bool acc, ng_fused *out) {
+  fused_off(out, dw, db, acc);
+  ng_status s;
+  if (reducers == 0 || !fused_counters(ctx, q, out, &s)) return reducers ? s : NG_SUCCESS;
+  fused_on(out, 0, reducers);
   return NG_SUCCESS;
 }
 

@@ -331,6 +331,11 @@ bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols
  * way. Errors only from making the counter buffer. */
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
                         size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
+/* A plan for a kernel that shapes its in-kernel reduction itself (GroupNorm's held backward): the
+ * queue's counters, `reducers` groups (ng_fused_arrive's last arrivers), cw 0. Off when reducers
+ * is 0 or `q` gets no counters (more than NG_SYNC_QUEUES queues). */
+ng_status ng_fused_plan_own(ng_context *ctx, cl_command_queue q, size_t reducers, ng_tensor dw,
+                            ng_tensor db, bool acc, ng_fused *out);
 void ng_fused_release(ng_context *ctx);
 /* NG_RED_F of a held-row launch's program with FUSED_RED: its reducers' rows in flight. */
 unsigned ng_fused_rows_in_flight(const ng_context *ctx, const ng_row_launch *l);

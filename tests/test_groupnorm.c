@@ -445,13 +445,16 @@ static void test_one_launch_backward(void **state) {
 /* The held kernels (ng_groupnorm_fwd_held, ng_groupnorm_bwd_held: a whole block in one
  * work-group's registers, each channel's gradient sums from T work-items) on 64 work-items holding
  * 2 or 8 vectors each (forced: a CPU device's launch holds one), and 128 × 8 for channels of 1024
- * vectors: one sample (the kernel writes dweight / dbias) and several (partial rows and a
- * reduction); T = 1 (more channels in a block than work-items), up to 32, and beyond (on NVIDIA
- * the warps' sums meet in local memory); more blocks than groups (the two buffers of per-vector
+ * vectors: one sample (the kernel writes dweight / dbias) and several (partial rows, summed by
+ * the grid's last groups, or by ng_reduce_partials); T = 1 (more channels in a block than
+ * work-items), up to 32, and beyond (on NVIDIA the warps' sums meet in local memory); more
+ * blocks than groups (the two buffers of per-vector
  * sums); every x dtype and gradient dtype, frozen combinations, accumulation, offsets, no weight
  * (dbias alone), blocks around 1000 (the statistics' plain f32 sums). Each call must take the
  * kernels where they can (checked by name) and not beyond the registers, on unaligned rows or
  * with the waiting kernels forced on. */
+static bool on_nvidia(void);
+
 static void test_held(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -504,6 +507,25 @@ static void test_held(void **state) {
   assert_true(takes_kernel(1, 8, 256, 4, false, "ng_groupnorm_bwd_held"));
   assert_true(takes_kernel(3, 12, 256, 3, false, "ng_groupnorm_bwd_held"));
   assert_true(takes_kernel(2, 96, 8, 1, true, "ng_groupnorm_fwd_held"));
+  /* several samples: the cases above had their partial rows summed by the held kernel itself
+   * where that is the default (NVIDIA, and a CPU, which holds blocks only when forced); with
+   * NG_TUNE_FUSED_REDUCE = 1 by ng_reduce_partials */
+  cl_device_type type = 0;
+  assert_int_equal(clGetDeviceInfo(e->device, CL_DEVICE_TYPE, sizeof type, &type, NULL),
+                   CL_SUCCESS);
+  const bool in_kernel = (type & CL_DEVICE_TYPE_CPU) || on_nvidia();
+  assert_true(takes_kernel(3, 12, 256, 3, false, "ng_reduce_partials") == !in_kernel);
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, 1));
+  assert_true(takes_kernel(3, 12, 256, 3, false, "ng_reduce_partials"));
+  assert_true(takes_kernel(3, 12, 256, 3, false, "ng_groupnorm_bwd_held"));
+  for (int v = 0; v < 2; v++) {
+    gn_case c = mk(3, v ? 96 : 12, v ? 8 : 256, 3, NG_BF16, v ? NG_BF16 : NG_F32, v ? 8 : 0,
+                   seed++);
+    c.freeze_b = v == 1;
+    c.accumulate = v == 1;
+    run_case(&c);
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, NG_TUNE_AUTO));
   /* blocks beyond the registers, unaligned rows, and the waiting kernels forced on: not held */
   assert_false(takes_kernel(1, 2, 2048, 1, true, "ng_groupnorm_fwd_held"));
   assert_false(takes_kernel(1, 8, 255, 4, true, "ng_groupnorm_fwd_held"));

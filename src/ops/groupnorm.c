@@ -470,12 +470,32 @@ static bool held_plan(const ng_context *ctx, const ng_groupnorm_params *p, const
   return held_fits(ctx, l, n, x_dtype, bwd);
 }
 
-/* Options of the held backward, launched as held_plan gives. */
+/* Options of the held backward, launched as held_plan gives; `fused`: several samples whose
+ * partial rows the kernel sums itself (held_fused_wanted). */
 static void held_bwd_opts(const ng_context *ctx, ng_opts *o, const ng_row_launch *l,
-                          ng_dtype x_dtype, bool dw, bool db) {
+                          ng_dtype x_dtype, bool dw, bool db, bool fused) {
   bwd_opts(o, l, x_dtype, dw, db);
   ng_opts_add(o, "SLOTS", l->reg_cols);
   if ((dw || db) && held_bufs(ctx, l) == 1) ng_opts_add(o, "HELD_BUFS", 1);
+  if ((dw || db) && fused) ng_opts_add(o, "FUSED_RED", 1);
+}
+
+/* Whether the held backward of several samples sums their partial rows of dweight / dbias itself
+ * (FUSED_RED, gn_held_reduce) instead of an ng_reduce_partials launch after it: on NVIDIA, where
+ * it measured faster on grids of at most GN_HELD_FUSED_PER_CU groups a compute unit, and on a
+ * CPU, where held launches come only from forced launch shapes (the tests);
+ * NG_TUNE_FUSED_REDUCE = 1 turns it off (2 and 3 keep blocks off the held kernels altogether:
+ * held_plan). held_fused_device: whether a program with it can be asked for on ctx's device. */
+#define GN_HELD_FUSED_PER_CU 4u
+static bool held_fused_device(const ng_context *ctx) {
+  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  return ng_reduce_on(ctx, ctx->info.nv_shfl || cpu);
+}
+
+static bool held_fused_wanted(const ng_context *ctx, const ng_row_launch *l) {
+  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+  return held_fused_device(ctx) &&
+         (cpu || l->groups <= GN_HELD_FUSED_PER_CU * ctx->info.compute_units);
 }
 
 /* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
@@ -715,11 +735,25 @@ static ng_status bwd_held(ng_context *ctx, cl_command_queue queue, const ng_grou
   const bool dw = dweight.mem != NULL, db = dbias.mem != NULL, grads = dw || db;
   const bool direct = p->batch == 1, acc = (flags & NG_ACCUMULATE_GRAD) != 0;
   const ng_dtype gdt = dw ? dweight.dtype : dbias.dtype;
+  /* several samples: their partial rows summed in the kernel where wanted and this queue has
+   * counters (at most NG_SYNC_QUEUES queues), else by ng_reduce_partials */
+  ng_fused f;
+  size_t reducers = 0;
+  if (grads && !direct && held_fused_wanted(ctx, l)) {
+    /* a column a work-item: as many of the last groups as that takes, at most those that may
+     * wait */
+    const size_t cols = ((dw ? 1u : 0u) + (db ? 1u : 0u)) * p->channels;
+    reducers = (cols + l->wg - 1) / l->wg;
+    if (reducers > ng_max_waiting_groups(ctx)) reducers = ng_max_waiting_groups(ctx);
+    if (reducers > l->groups) reducers = l->groups;
+  }
+  ng_status s = ng_fused_plan_own(ctx, queue, reducers, dweight, dbias, acc, &f);
+  if (s != NG_SUCCESS) return s;
   ng_opts o;
-  held_bwd_opts(ctx, &o, l, x.dtype, dw, db);
+  held_bwd_opts(ctx, &o, l, x.dtype, dw, db, f.on);
   cl_program prog, rprog = NULL;
-  ng_status s = ng_get_program(ctx, "groupnorm", &o, &prog);
-  if (s == NG_SUCCESS && grads && !direct) s = ng_reduce_program(ctx, gdt, &rprog);
+  s = ng_get_program(ctx, "groupnorm", &o, &prog);
+  if (s == NG_SUCCESS && grads && !direct && !f.on) s = ng_reduce_program(ctx, gdt, &rprog);
   /* B·C partials per trained parameter (B·C·S was checked to fit) */
   const size_t pc = grads && !direct ? p->batch * p->channels : 0;
   ng_scratch sc;
@@ -740,10 +774,11 @@ static ng_status bwd_held(ng_context *ctx, cl_command_queue queue, const ng_grou
       NG_ARG(rstd.mem),    NG_ARG(ro),   NG_ARG(dx.mem),    NG_ARG(dxo),  NG_ARG(dwp),
       NG_ARG(dwo),         NG_ARG(dbp),  NG_ARG(dbo),       NG_ARG(blocks), NG_ARG(G),
       NG_ARG(Cg),          NG_ARG(S),    NG_ARG(dweight.mem), NG_ARG(gwo), NG_ARG(dbias.mem),
-      NG_ARG(gbo),         NG_ARG(gdti), NG_ARG(gacc),      NG_ARG(gdirect)};
+      NG_ARG(gbo),         NG_ARG(gdti), NG_ARG(gacc),      NG_ARG(gdirect),  NG_ARG(f.sync),
+      NG_ARG(f.sync_off),  NG_ARG(f.reducers)};
   s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_held", (size_t)l->groups * l->wg, l->wg,
-                 args, NG_ARRAY_LEN(args), nwait, wait, pc ? NULL : event);
-  if (s == NG_SUCCESS && pc) { /* both gradients in one launch */
+                 args, NG_ARRAY_LEN(args), nwait, wait, pc && !f.on ? NULL : event);
+  if (s == NG_SUCCESS && pc && !f.on) { /* both gradients in one launch */
     const ng_reduce_section sw = {dwo, p->channels, dweight}, sb = {dbo, p->channels, dbias};
     s = ng_enqueue_reduce_sections(ctx, queue, rprog, sc.mem, (unsigned)p->batch, &sw, &sb, acc,
                                    0, NULL, event);
@@ -938,8 +973,12 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
           l.prefetch = pf == 1;
           ng_opts o;
           if (v == 0) one_fwd_opts(&o, &l, fl[xi]);
-          else held_bwd_opts(ctx, &o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1);
+          else held_bwd_opts(ctx, &o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1, false);
           s = fn(ctx, "groupnorm", &o, user);
+          if (s == NG_SUCCESS && v > 1 && held_fused_device(ctx)) { /* several samples */
+            held_bwd_opts(ctx, &o, &l, fl[xi], (v - 1) & 1, (v - 1) >> 1, true);
+            s = fn(ctx, "groupnorm", &o, user);
+          }
         }
       }
   return s == NG_SUCCESS ? ng_reduce_for_each_variant(ctx, fn, user) : s;
