@@ -7,7 +7,7 @@ autograd as users run it, by PyTorch eager, torch.compile and Liger-Kernel's Tri
         [--impls eager,compile,liger] [--pass forward,backward,both] [--liger-path DIR]
 
 Ops: rmsnorm, fused-add-rmsnorm, layernorm, groupnorm (rows = channels, hidden = spatial size,
-batch 1, groups as the CLI picks them), polynorm, flce (--vocab). Prints one JSON object per
+--batch samples, default 1, groups as the CLI picks them), polynorm, flce (--vocab). Prints one JSON object per
 (impl, pass, frozen setting) with the fields of `normgrad-cli bench --json`: impl, op, pass, rows,
 hidden, dtype, frozen, frozen_bias, bytes, median_ms, min_ms, max_ms, reps, gbps, copy_gbps,
 ratio, device (plus the torch and liger versions). `bytes` is counted exactly as the CLI counts
@@ -78,7 +78,7 @@ def groups_of(a):
 def byte_counts(a):
     """(forward, backward) bytes exactly as tools/cli/op_<op>.c counts them."""
     R, N = a.rows, a.hidden
-    x = R * N * DTYPE_SIZE[a.dtype]
+    x = a.batch * R * N * DTYPE_SIZE[a.dtype]
     ws = 4  # the CLI's weights and biases are f32; counted so even where a peer's are not
     fw, fb = a.freeze_weight, a.freeze_bias
     if a.op == "rmsnorm":
@@ -93,7 +93,7 @@ def byte_counts(a):
         w, r = ws * N, 4 * R
         return 2 * x + 2 * w + 2 * r, 3 * x + w + 2 * r + (0 if fw else w) + (0 if fb else w)
     if a.op == "groupnorm":
-        w, st = ws * R, 8 * groups_of(a)  # rows = channels, hidden = spatial size
+        w, st = ws * R, 8 * a.batch * groups_of(a)  # rows = channels, hidden = spatial size
         return 2 * x + 2 * w + st, 3 * x + w + st + (0 if fw else w) + (0 if fb else w)
     if a.op == "polynorm":
         r = 12 * R
@@ -185,8 +185,8 @@ class Case:
             G = groups_of(a)
             if R % G:
                 raise ValueError(f"groupnorm: --groups {G} does not divide --rows {R} (channels)")
-            self.x = rnd(1, R, N).requires_grad_(True)
-            self.dy = rnd(1, R, N)
+            self.x = rnd(a.batch, R, N).requires_grad_(True)
+            self.dy = rnd(a.batch, R, N)
             self.w = rnd(R, dtype=wdt, mean=1.0, std=0.2).requires_grad_(train_w)
             self.b = rnd(R, dtype=wdt, std=0.2).requires_grad_(train_b)
         elif a.op == "polynorm":
@@ -354,6 +354,8 @@ def main():
     ap.add_argument("--with-frozen", choices=["weight", "all"],
                     help="also run the backward passes with the weight (all: and bias) frozen")
     ap.add_argument("--groups", type=int, default=0, help="groupnorm groups (default as the CLI)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="groupnorm samples: x = [batch, rows, hidden] (as the CLI's --batch)")
     ap.add_argument("--vocab", type=int, default=32000, help="flce vocabulary size")
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--pass", dest="passes", default="forward,backward",
@@ -379,9 +381,13 @@ def main():
             ap.error(f"unknown impl '{i}'")
     if a.rows <= 0 or a.hidden <= 0:
         ap.error("--rows and --hidden must be positive")
+    if a.batch <= 0 or (a.batch != 1 and a.op != "groupnorm"):
+        ap.error("--batch must be positive, and is groupnorm's alone")
     base = {"op": a.op, "rows": a.rows, "hidden": a.hidden, "dtype": a.dtype,
             "weight_dtype": a.weight_dtype, "frozen": a.freeze_weight,
             "frozen_bias": a.freeze_bias}
+    if a.op == "groupnorm":
+        base.update(batch=a.batch, groups=groups_of(a))
 
     def skip_all(reason):
         for i in impls:
