@@ -7,10 +7,10 @@ autograd as users run it, by PyTorch eager, torch.compile and Liger-Kernel's Tri
         [--impls eager,compile,liger] [--pass forward,backward,both] [--liger-path DIR]
 
 Ops: rmsnorm, fused-add-rmsnorm, layernorm, groupnorm (rows = channels, hidden = spatial size,
---batch samples, default 1, groups as the CLI picks them), polynorm, flce (--vocab). Prints one JSON object per
-(impl, pass, frozen setting) with the fields of `normgrad-cli bench --json`: impl, op, pass, rows,
-hidden, dtype, frozen, frozen_bias, bytes, median_ms, min_ms, max_ms, reps, gbps, copy_gbps,
-ratio, device (plus the torch and liger versions). `bytes` is counted exactly as the CLI counts
+--batch samples, default 1, groups as the CLI picks them), polynorm, flce (--vocab). Prints one
+JSON object per (impl, pass, frozen setting) with the fields of `normgrad-cli bench --json`:
+impl, op, pass, rows, hidden, dtype, frozen, frozen_bias, bytes, median_ms, min_ms, max_ms, reps,
+gbps, copy_gbps, ratio, device (plus the torch and liger versions; groupnorm's batch and groups). `bytes` is counted exactly as the CLI counts
 it for the same op, pass and frozen flags (every input read once, every output written once;
 weights counted as f32, as the CLI's are), so GB/s compare. An impl that cannot run here
 prints a `skipped` line saying why; one that fails prints an `error` line; neither stops the

@@ -493,9 +493,8 @@ static bool held_fused_device(const ng_context *ctx) {
 }
 
 static bool held_fused_wanted(const ng_context *ctx, const ng_row_launch *l) {
-  const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
-  return held_fused_device(ctx) &&
-         (cpu || l->groups <= GN_HELD_FUSED_PER_CU * ctx->info.compute_units);
+  const bool resident = l->groups <= GN_HELD_FUSED_PER_CU * ctx->info.compute_units;
+  return held_fused_device(ctx) && (resident || (ctx->info.type & CL_DEVICE_TYPE_CPU));
 }
 
 /* Floats of forward scratch: the split's unit statistics, or the one-pass kernel's. */
