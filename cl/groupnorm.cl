@@ -1016,13 +1016,14 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
 #define GN_CHUNK (GN_LW * GN_M)
 #define GN_MAX_CHUNKS 1024 /* of a unit (host: GN_LAG_MAX_CHUNKS) */
 
-/* Chunk ck of a unit of nv vectors at xu, du into this lane's xv, dv (zeros past the end). */
-#define GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv)                                                        \
+/* Chunk ck of a unit of nv vectors at xu, du into this lane's xv, dv (zeros past the end), loaded
+ * by LD: NG_LDRV, or NG_LDRV_LAST for the unit's second and last read. */
+#define GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv, LD)                                                    \
   do {                                                                                               \
     _Pragma("unroll") for (int q_ = 0; q_ < GN_M; q_++) {                                            \
       const uint i_ = (ck) * GN_CHUNK + (uint)q_ * GN_LW + lane;                                     \
-      (xv)[q_] = i_ < (nv) ? NG_LDRV(DTYPE, xu, i_) : (NG_RAWV(DTYPE))(0);                          \
-      (dv)[q_] = i_ < (nv) ? NG_LDRV(DTYPE, du, i_) : (NG_RAWV(DTYPE))(0);                          \
+      (xv)[q_] = i_ < (nv) ? LD(DTYPE, xu, i_) : (NG_RAWV(DTYPE))(0);                               \
+      (dv)[q_] = i_ < (nv) ? LD(DTYPE, du, i_) : (NG_RAWV(DTYPE))(0);                               \
     }                                                                                                \
   } while (0)
 
@@ -1079,7 +1080,9 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
   const uint lane = lid % GN_LW, wp = lid / GN_LW;
   __local float lcw[GN_MAX_CHUNKS], lcb[GN_MAX_CHUNKS];
 #if GN_FUSED_GRAD
-  __local uint glast;
+  /* set with glast, read back by the tail after dx: the unit's decoded fields then need not stay
+   * live in registers across the dx half */
+  __local uint glast, gfirst, gnch;
   /* the partial rows (B·P) and the counters of the runs of channels, after the blocks' pairs */
   const uint prows = units / U / G * P;
   __global volatile uint *gcnt = sync + 2 + 2 * (units / U);
@@ -1099,7 +1102,7 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
         const uint ck = c0 + wp;
         if (ck < nck) {
           NG_RAWV(DTYPE) xv[GN_M], dv[GN_M]; /* storage bits: half the registers of floats */
-          GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv);
+          GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv, NG_LDRV);
           floatV sw = (floatV)(0.0f), sb = (floatV)(0.0f);
 #pragma unroll
           for (int q = 0; q < GN_M; q++) {
@@ -1120,8 +1123,16 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
       for (uint c = lid; c < nch; c += WG) {
         float sw = 0.0f, sb = 0.0f;
         for (uint j = c * cpc; j < (c + 1) * cpc; j++) sw += lcw[j], sb += lcb[j];
-        GN_IF_DW(dwp[prow + first_ch + c] = sw);
-        GN_IF_DB(dbp[prow + first_ch + c] = sb);
+#if GN_FUSED_GRAD
+        if (prows == 1) { /* the channel's one partial row is its gradient (0 + s: the tail's bits) */
+          GN_IF_DW(gn_grad_put(gdw, gdw_off + first_ch + c, gdt, gacc, 0.0f + sw));
+          GN_IF_DB(gn_grad_put(gdb, gdb_off + first_ch + c, gdt, gacc, 0.0f + sb));
+        } else
+#endif
+        {
+          GN_IF_DW(dwp[prow + first_ch + c] = sw);
+          GN_IF_DB(dbp[prow + first_ch + c] = sb);
+        }
         const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
         p1 = fma(wc, sw, p1);
         p2 = fma(wc, sb, p2);
@@ -1134,7 +1145,12 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
 #if GN_FUSED_GRAD
         /* the fence above also covers this group's per-channel partials (stored before the
          * barriers of ng_wg_sum2): count them for the channels' B·P units */
-        gn_grad_arrive(gcnt, a, t, G, U, P, prows, &glast);
+        if (prows > 1) {
+          gn_grad_arrive(gcnt, a, t, G, U, P, prows, &glast);
+          gfirst = (a.blk % G) * Cg + a.c_lo, gnch = a.nch;
+        } else {
+          glast = 0u;
+        }
 #endif
       }
     }
@@ -1159,13 +1175,13 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
           const uint c = nch > 1 ? ck * GN_CHUNK / lv : 0;
           const float wc = has_w ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
           NG_RAWV(DTYPE) xv[GN_M], dv[GN_M]; /* storage bits: half the registers of floats */
-          GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv);
+          GN_LOAD_CHUNK(xv, dv, xu, du, ck, nv, NG_LDRV_LAST);
           NG_UNROLL_STORES
           for (int q = 0; q < GN_M; q++) {
             const uint i = ck * GN_CHUNK + (uint)q * GN_LW + lane;
             const floatV xh = (NG_WIDENV(DTYPE, xv[q]) - mu) * rs;
             const floatV g = NG_WIDENV(DTYPE, dv[q]) * wc;
-            if (i < nv) STX(dxu, i, ((g - xh * c1) - c2) * rs);
+            if (i < nv) NG_STV_LAST(DTYPE, dxu, i, ((g - xh * c1) - c2) * rs);
           }
         }
       }
@@ -1178,14 +1194,24 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
     /* glast was set before the barrier ahead of dx, and is set again only after the next
      * ticket's barriers */
     if (sums && glast) {
-      const uint first_ch = (a.blk % G) * Cg + a.c_lo, C = G * Cg;
+      const uint first_ch = gfirst, nch = gnch, C = G * Cg;
       __global volatile const float *vw = (__global volatile const float *)dwp;
       __global volatile const float *vb = (__global volatile const float *)dbp;
       (void)vw, (void)vb;
-      for (uint c = lid; c < a.nch; c += WG) {
+      for (uint c = lid; c < nch; c += WG) {
         const uint ch = first_ch + c;
         float sw = 0.0f, sb = 0.0f;
-        for (uint r = 0; r < prows; r++) { /* the partial rows in order: the same bits every run */
+        /* the partial rows in order: the same bits every run. Four at a time: fully unrolled,
+         * its loads in flight took the bf16 kernel from 64 registers to 76 (a group fewer a
+         * compute unit), and one at a time a U-Net's [16, 320, 64·64] 63-64 -> 69-70 us; f16
+         * (80 registers either way) took [8, 320, 64·64] 43.6-43.7 us one at a time, 46.2-46.8
+         * four at a time */
+#if DTYPE == NG_F16
+#pragma unroll 1
+#else
+#pragma unroll 4
+#endif
+        for (uint r = 0; r < prows; r++) {
           GN_IF_DW(sw += vw[(ulong)r * C + ch]);
           GN_IF_DB(sb += vb[(ulong)r * C + ch]);
         }

@@ -418,6 +418,10 @@ static void test_one_launch_backward(void **state) {
   }
   assert_true(takes_lag(1, 4, 16384, 1, false));
   assert_true(takes_lag(1, 32, 1024, 1, false));
+  /* and writes dweight itself, with no ng_reduce_partials after it: directly where a channel has
+   * one partial row (one sample, units of whole channels), else its channels' last unit sums them */
+  assert_false(takes_kernel(1, 32, 1024, 1, false, "ng_reduce_partials"));
+  assert_false(takes_kernel(1, 4, 16384, 1, false, "ng_reduce_partials"));
   /* the forward's one-launch kernel (vector rows; x's block in units of wg · 4 vectors), where
    * the one-pass kernel cannot take the call: one register slot makes its U 512, beyond any
    * GPU's resident groups */

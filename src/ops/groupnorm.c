@@ -320,14 +320,14 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool 
 }
 
 /* Whether the one-launch backward, with dw / db trained, writes them itself (GN_FUSED_GRAD), so
- * that no ng_reduce_partials launch follows. H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights),
- * separate -> in-kernel, whole backward: bf16 with dW and dB at N = 1024 111.7-112.5 ->
- * 108.6-109.1 us, 4096 111.7-112.4 -> 109.0-110.2, 16384 110.9-111.7 -> 103.2, 65536
- * 110.6-111.0 -> 99.8-100.5; dB alone 111.3-112.3 -> 107.8-111.0; f32 at 4096 225.2-225.6 ->
- * 225.0-225.9; but f16 at 4096 107.9-108.8 -> 117.5-118.1, so f16 keeps the separate kernel. */
-static bool lag_grad_wanted(ng_dtype x_dtype, bool dw, bool db) {
-  return (dw || db) && x_dtype != NG_F16;
-}
+ * that no ng_reduce_partials launch follows: always, since the kernel writes a gradient directly
+ * where a channel has one partial row (B = 1, whole channels in a unit) and its tail is kept to
+ * 64 registers (bf16). H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights, with dW and dB),
+ * separate -> in-kernel, same binary: bf16 at N = 1024 96.8-97.5 -> 93.4-93.9 us, 4096
+ * 96.0-97.4 -> 93.4-93.5, 16384 97.7-100.4 -> 94.5-95.3, 65536 96.6-97.1 -> 94.4-94.5; f16 at
+ * 1024 98.7-99.4 -> 95.1-96.9, 4096 97.5-97.6 -> 95.3-96.8, 16384 and 65536 even; f32 at 1024
+ * 172.5-173.2 -> 168.4-169.1, 4096 172.5-172.7 -> 168.3-169.4, 65536 even. */
+static bool lag_grad_wanted(bool dw, bool db) { return dw || db; }
 
 /* Options of the one-launch backward launched as l: it writes dweight / dbias itself
  * (GN_FUSED_GRAD; their dtype is a kernel argument, as the weight's is) where lag_grad_wanted
@@ -335,7 +335,7 @@ static bool lag_grad_wanted(ng_dtype x_dtype, bool dw, bool db) {
 static void lag_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
                          bool db) {
   bwd_opts(o, l, x_dtype, dw, db);
-  if (lag_grad_wanted(x_dtype, dw, db)) ng_opts_add(o, "GN_FUSED_GRAD", 1);
+  if (lag_grad_wanted(dw, db)) ng_opts_add(o, "GN_FUSED_GRAD", 1);
 }
 
 /* The held kernels (cl/groupnorm.cl, ng_groupnorm_fwd_held / ng_groupnorm_bwd_held): whole
@@ -834,7 +834,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
   const bool grads = compute_dw || compute_db;
   const ng_dtype gdt = compute_dw ? dweight.dtype : dbias.dtype;
-  const bool fused_grad = one && lag_grad_wanted(x.dtype, compute_dw, compute_db);
+  const bool fused_grad = one && lag_grad_wanted(compute_dw, compute_db);
   ng_opts o;
   if (one) lag_bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
   else bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
@@ -949,7 +949,7 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             const bool dw = (v - 1) & 1, db = (v - 1) >> 1;
             /* its options differ from o's by the size, or by writing the gradients itself */
             if (ctx->info.nv_shfl && l.wg > 1 &&
-                (ll.wg != l.wg || lag_grad_wanted(fl[xi], dw, db))) {
+                (ll.wg != l.wg || lag_grad_wanted(dw, db))) {
               ng_opts lo;
               lag_bwd_opts(&lo, &ll, fl[xi], dw, db);
               s = fn(ctx, "groupnorm", &lo, user);
