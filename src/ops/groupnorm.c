@@ -319,23 +319,19 @@ static void bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool 
   ng_opts_add(o, "COMPUTE_DB", db);
 }
 
-/* Whether the one-launch backward, with dw / db trained, writes them itself (GN_FUSED_GRAD), so
- * that no ng_reduce_partials launch follows: always, since the kernel writes a gradient directly
- * where a channel has one partial row (B = 1, whole channels in a unit) and its tail is kept to
- * 64 registers (bf16). H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights, with dW and dB),
- * separate -> in-kernel, same binary: bf16 at N = 1024 96.8-97.5 -> 93.4-93.9 us, 4096
- * 96.0-97.4 -> 93.4-93.5, 16384 97.7-100.4 -> 94.5-95.3, 65536 96.6-97.1 -> 94.4-94.5; f16 at
- * 1024 98.7-99.4 -> 95.1-96.9, 4096 97.5-97.6 -> 95.3-96.8, 16384 and 65536 even; f32 at 1024
- * 172.5-173.2 -> 168.4-169.1, 4096 172.5-172.7 -> 168.3-169.4, 65536 even. */
-static bool lag_grad_wanted(bool dw, bool db) { return dw || db; }
-
-/* Options of the one-launch backward launched as l: it writes dweight / dbias itself
- * (GN_FUSED_GRAD; their dtype is a kernel argument, as the weight's is) where lag_grad_wanted
- * says so. */
+/* Options of the one-launch backward launched as l. With dw or db trained it writes them itself
+ * (GN_FUSED_GRAD; their dtype is a kernel argument, as the weight's is), so that no
+ * ng_reduce_partials launch follows: directly where a channel has one partial row (B = 1, whole
+ * channels in a unit), else the last of a run's units sums its rows, in 64 registers (bf16).
+ * H100, rows·N = 2^25 ([1, R, N], G = 32, f32 weights, with dW and dB), separate -> in-kernel,
+ * same binary (the tail's loop not yet unrolled four times): bf16 at N = 1024 96.8-97.5 ->
+ * 93.4-93.9 us, 4096 96.0-97.4 -> 93.4-93.5, 16384 97.7-100.4 -> 94.5-95.3, 65536 96.6-97.1 ->
+ * 94.4-94.5; f16 at 1024 98.7-99.4 -> 95.1-96.9, 4096 97.5-97.6 -> 95.3-96.8, 16384 and 65536
+ * even; f32 at 1024 172.5-173.2 -> 168.4-169.1, 4096 172.5-172.7 -> 168.3-169.4, 65536 even. */
 static void lag_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool dw,
                          bool db) {
   bwd_opts(o, l, x_dtype, dw, db);
-  if (lag_grad_wanted(dw, db)) ng_opts_add(o, "GN_FUSED_GRAD", 1);
+  if (dw || db) ng_opts_add(o, "GN_FUSED_GRAD", 1);
 }
 
 /* The held kernels (cl/groupnorm.cl, ng_groupnorm_fwd_held / ng_groupnorm_bwd_held): whole
@@ -834,7 +830,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
   const bool grads = compute_dw || compute_db;
   const ng_dtype gdt = compute_dw ? dweight.dtype : dbias.dtype;
-  const bool fused_grad = one && lag_grad_wanted(compute_dw, compute_db);
+  const bool fused_grad = one && grads; /* the one-launch kernel writes them (lag_bwd_opts) */
   ng_opts o;
   if (one) lag_bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
   else bwd_opts(&o, &u->l, x.dtype, compute_dw, compute_db);
@@ -948,8 +944,7 @@ ng_status ng_groupnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             const ng_row_launch ll = lag_launch(ctx, &l);
             const bool dw = (v - 1) & 1, db = (v - 1) >> 1;
             /* its options differ from o's by the size, or by writing the gradients itself */
-            if (ctx->info.nv_shfl && l.wg > 1 &&
-                (ll.wg != l.wg || lag_grad_wanted(dw, db))) {
+            if (ctx->info.nv_shfl && l.wg > 1 && (ll.wg != l.wg || dw || db)) {
               ng_opts lo;
               lag_bwd_opts(&lo, &ll, fl[xi], dw, db);
               s = fn(ctx, "groupnorm", &lo, user);
