@@ -640,8 +640,10 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
  * part[4·t …], counted in sync[2 + 2·blk]); then, for unit t − lag, it waits for its block's U
  * statistics, merges them in unit order as ng_groupnorm_fwd_one does (the same bits), and writes
  * y from x read again, lag units after the first read, while it is still in L2. lag >= U keeps
- * the wait deadlock-free (see ng_groupnorm_bwd_lag). Both halves run on every ticket, the absent
- * one on an empty unit, so no barrier sits under a condition. */
+ * the wait deadlock-free (see ng_groupnorm_bwd_lag); the host passes up to a ticket per compute
+ * unit more, so that the block waited for is mostly done, and U <= WG (fwd_lag_plan). Both
+ * halves run on every ticket, the absent one on an empty unit, so no barrier sits under a
+ * condition. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
                      __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
@@ -677,15 +679,20 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
     }
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     /* the block's mean from the sum of the unit sums, M2 = Σ M2ᵤ + nᵤ·(meanᵤ − mean)²: the
-     * arithmetic of gn_exchange (volatile loads, as there) */
-    __global volatile float *pb = pv + (ulong)blk * U * 4;
-    float sm = 0.0f, m = 0.0f;
-    for (uint v = lid; v < Ue; v += WG) sm += pb[4 * v + 1];
-    const float mu = ng_wg_sum(sm, red) / nf;
-    for (uint v = lid; v < Ue; v += WG) {
-      const float cn = pb[4 * v], d = pb[4 * v + 1] / cn - mu;
-      m += pb[4 * v + 2] + cn * d * d;
+     * arithmetic of gn_exchange (volatile loads, as there), its U <= WG branch. A work-item reads
+     * its unit's three values at once and keeps them for the second sum (one round trip to L2
+     * where reading them for each sum took two: 1-2 us of the H100's 74 at G = 32); a caller's
+     * scratch may leave them unaligned. */
+    __global volatile float *pu = pv + ((ulong)blk * U + lid) * 4;
+    float4 q = (float4)(1.0f, 0.0f, 0.0f, 0.0f);
+    if (lid < Ue) {
+      if (((ulong)pu & 15) == 0)
+        q = *(__global volatile float4 *)pu;
+      else
+        q = (float4)(pu[0], pu[1], pu[2], 0.0f);
     }
+    const float mu = ng_wg_sum(q.y, red) / nf, d = q.y / q.x - mu;
+    const float m = lid < Ue ? q.z + q.x * d * d : 0.0f;
     const float rs = rsqrt(ng_wg_sum(m, red) / nf + eps);
     if (lid == 0 && late && u == 0) {
       mean[blk] = mu;

@@ -372,6 +372,41 @@ static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
   return takes_kernel(B, C, S, G, fwd, fwd ? "ng_groupnorm_fwd_lag" : "ng_groupnorm_bwd_lag");
 }
 
+/* The forward of a bf16 [B, C, S] call with G groups gives the same bits with the library's
+ * scratch and with the caller's at an element offset of 5 (the one-launch kernel reads a unit's
+ * statistics as one 16-byte load where they are aligned, one by one where not). */
+static void fwd_same_bits_any_scratch(size_t B, size_t C, size_t S, size_t G) {
+  ng_test_env *e = ng_test_env_get();
+  ng_groupnorm_params p = {B, C, S, G, 1e-5f};
+  const size_t cnt = B * C * S, nb = B * G;
+  ng_rng rng;
+  ng_rng_seed(&rng, 77);
+  float *x = ng_test_random(&rng, NG_BF16, cnt, 3, 2), *w = ng_test_random(&rng, NG_F32, C, 1, 0.2);
+  cl_mem bx = ng_test_upload(NG_BF16, x, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, C, 0, 0);
+  cl_mem by = ng_test_upload(NG_BF16, NULL, cnt, 0, 0), bm = ng_test_upload(NG_F32, NULL, nb, 0, 0);
+  cl_mem br = ng_test_upload(NG_F32, NULL, nb, 0, 0);
+  size_t bytes = 0;
+  NG_OK(ng_groupnorm_forward_scratch_size(e->ctx, &p, &bytes));
+  assert_true(bytes > 0);
+  cl_mem sc = ng_test_upload(NG_F32, NULL, bytes / 4, 5, 0);
+  float *out[2];
+  for (int k = 0; k < 2; k++) {
+    NG_OK(ng_groupnorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, 0, NG_BF16),
+                               ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(bw, 0, NG_F32),
+                               ng_tensor_of(by, 0, NG_BF16), ng_tensor_of(bm, 0, NG_F32),
+                               ng_tensor_of(br, 0, NG_F32),
+                               k ? ng_tensor_of(sc, 5, NG_F32) : ng_tensor_none(), 0, NULL, NULL));
+    out[k] = malloc((cnt + 2 * nb) * sizeof(float));
+    ng_test_download(by, NG_BF16, 0, cnt, out[k]);
+    ng_test_download(bm, NG_F32, 0, nb, out[k] + cnt);
+    ng_test_download(br, NG_F32, 0, nb, out[k] + cnt + nb);
+  }
+  assert_memory_equal(out[0], out[1], (cnt + 2 * nb) * sizeof(float));
+  free(out[0]), free(out[1]), free(x), free(w);
+  clReleaseMemObject(bx), clReleaseMemObject(bw), clReleaseMemObject(by);
+  clReleaseMemObject(bm), clReleaseMemObject(br), clReleaseMemObject(sc);
+}
+
 /* The split backward in one launch (ng_groupnorm_bwd_lag: tickets, each unit's dx a lag after
  * its sums, units walked in chunks), forced on, against the reference: units of pieces of a
  * channel (one chunk or a hundred), of whole channels a whole number of chunks long, shapes on
@@ -423,10 +458,15 @@ static void test_one_launch_backward(void **state) {
   assert_false(takes_kernel(1, 32, 1024, 1, false, "ng_reduce_partials"));
   assert_false(takes_kernel(1, 4, 16384, 1, false, "ng_reduce_partials"));
   /* the forward's one-launch kernel (vector rows; x's block in units of wg · 4 vectors), where
-   * the one-pass kernel cannot take the call: one register slot makes its U 512, beyond any
-   * GPU's resident groups */
+   * the one-pass kernel cannot take the call (one register slot makes its U 128, beyond any
+   * GPU's resident groups) and the block has at most wg units (U = 32 here; 128 units of 64
+   * work-items take the two kernels) */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 1));
-  assert_true(takes_lag(1, 4, 65536, 1, true));
+  assert_true(takes_lag(1, 4, 16384, 1, true));
+  assert_false(takes_lag(1, 4, 65536, 1, true));
+  gn_case fc = mk(1, 4, 16384, 1, NG_BF16, NG_F32, 0, seed++);
+  run_case(&fc);
+  fwd_same_bits_any_scratch(1, 4, 16384, 1);
   /* which shapes take the backward kernel (bf16, vector rows where S allows): pieces of a
    * channel, and channels of whole chunks, yes; S = 16 (two vectors a channel, units of several
    * channels) and units of 2 × 2500 vectors (1250 chunks of 4 on a CPU, channels not a whole

@@ -102,6 +102,7 @@ static gn_plan make_plan(const ng_context *ctx, const ng_groupnorm_params *p, bo
 typedef struct gn_one {
   ng_row_launch l; /* wg, slots (reg_cols), the grid in groups, the NVIDIA options */
   unsigned U, units;
+  unsigned lag; /* the one-launch kernel's: tickets between a unit's two halves */
 } gn_one;
 
 /* Work-items per group of the one-pass kernels unless NG_TUNE_WORKGROUP says otherwise. */
@@ -266,7 +267,8 @@ static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
 #define GN_LAG_SLOTS 4u
 
 /* Whether a split forward takes the one-launch kernel (ng_groupnorm_fwd_lag), and its launch,
- * U and units (lag = U): where lag_wanted, on vector rows (the kernel holds 16-byte slots). */
+ * U, units and lag: where lag_wanted, on vector rows (the kernel holds 16-byte slots), for blocks
+ * of at most wg units. */
 static bool fwd_lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const gn_plan *pl,
                          gn_one *o) {
   if (!lag_wanted(ctx, pl) || pl->l.vec != 8 || p->batch * p->groups > ((size_t)1 << 20))
@@ -277,12 +279,25 @@ static bool fwd_lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, co
   if (o->l.wg < 2) return false;
   const size_t nvb = p->channels / p->groups * (p->spatial / 8);
   const size_t U = ceil_div(nvb, (size_t)o->l.wg * GN_LAG_SLOTS);
+  /* Every ticket merges its block's U statistics, a work-item each; larger blocks take the two
+   * kernels, which merge them once a unit without waiting (H100, bf16, [1, 8192, 4096] with G = 1
+   * / 2 / 4 / 8, U = 4096 / 2048 / 1024 / 512: 162.1 / 107.0 / 89.6 / 83.0 us in one launch
+   * against 84.5 / 83.4 / 82.6 / 78.2 us). */
+  if (U > o->l.wg) return false;
   size_t units;
   if (ng_mul_overflows(p->batch * p->groups, U, &units) || units > ((size_t)1 << 30))
     return false;
   o->l.groups = o->l.grid = lag_grid(ctx, pl, o->l.wg, units);
   o->U = (unsigned)U;
   o->units = (unsigned)units;
+  /* A ticket's y waits for the whole block of the unit `lag` tickets back, whose last units are
+   * taken just before it at lag = U; a ticket per compute unit more lets them finish first, at
+   * the cost of as many units more in L2 between a unit's two reads (bf16, H100, G = 32, blocks
+   * of 2^20 elements: U + 64 / 96–192 / 256 / 528 / 1056 / 2048 took 72–74 / 70–72 / 72–73 /
+   * 78–79 / 79–80 / 83–88 us, against 74–76 at U). At most a quarter of the units: a call of 256
+   * units (32 blocks of 8) measured slower with 64 more. */
+  o->lag = (unsigned)U + (unsigned)(ctx->info.compute_units < units / 4 ? ctx->info.compute_units
+                                                                          : units / 4);
   return true;
 }
 
@@ -671,13 +686,14 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
     cl_uint units = one.units, G = (cl_uint)p->groups, Cg = (cl_uint)(p->channels / p->groups);
     cl_uint S = (cl_uint)p->spatial, U = one.U;
     float eps = p->eps;
+    cl_uint lag = lagf ? one.lag : 0;
     const ng_arg args[] = {
         NG_ARG(x.mem),    NG_ARG(xo),    NG_ARG(weight.mem), NG_ARG(wo),       NG_ARG(bias.mem),
         NG_ARG(bo),       NG_ARG(pdt),   NG_ARG(has_w),      NG_ARG(has_b),    NG_ARG(y.mem),
         NG_ARG(yo),       NG_ARG(mean.mem), NG_ARG(mo),      NG_ARG(rstd.mem), NG_ARG(ro),
         NG_ARG(sc.mem),   NG_ARG(po),    NG_ARG(sync),       NG_ARG(so),       NG_ARG(units),
         NG_ARG(G),        NG_ARG(Cg),    NG_ARG(S),          NG_ARG(U),        NG_ARG(eps),
-        NG_ARG(U)}; /* the one-launch kernel's lag, its last argument */
+        NG_ARG(lag)}; /* the one-launch kernel's, its last argument */
     s = ng_enqueue(ctx, queue, prog, lagf ? "ng_groupnorm_fwd_lag" : "ng_groupnorm_fwd_one",
                    (size_t)one.l.groups * one.l.wg, one.l.wg, args,
                    NG_ARRAY_LEN(args) - (lagf ? 0 : 1), nwait, wait, event);
