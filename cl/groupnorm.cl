@@ -675,7 +675,7 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
     const uint ub = late ? t - lag : 0, blk = ub / U, u = ub % U, v0 = u * (WG * SLOTS);
     const uint nv = late ? nvb : 0, Ue = late ? U : 0;
     /* the unit's x (again, from L2) and its channels' weight and bias are asked for before the
-     * wait, so that their latency overlaps it and the merge: 66.8-67.6 -> 63.6-65.0 us on the
+     * wait, so that their latency overlaps it and the merge: 66.6-68.4 -> 63.5-65.0 us on the
      * H100 at G = 32 (the parameters alone: 65.0-66.7) */
     NG_RAWV(DTYPE) r[SLOTS];
     GN_LOAD_UNIT(r, x + (ulong)blk * nvb * VEC, v0, nv);
