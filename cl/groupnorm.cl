@@ -634,6 +634,37 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
   }
 }
 
+#if NG_NV_SHFL
+/* Tagged statistics (NVIDIA, the one-launch forward's `tags`): a unit publishes its sum and M2
+ * as two 64-bit words, each the value's bits below a tag of 1, written and read whole
+ * (st / ld.relaxed.gpu), so a reader that sees both tags sees both values. No fence and no count:
+ * the publish's membar.gl also waited for the work-item's own y stores of the ticket before
+ * (H100, bf16, G = 32: 64-66 -> 60 us). The words live in the queue's counter area, zero between
+ * launches: the block's last reader zeroes them. */
+inline void gn_tag_put(__global volatile ulong *p, float sum, float m2) {
+  const ulong tag = (ulong)1 << 32, a = (ulong)as_uint(sum) | tag, b = (ulong)as_uint(m2) | tag;
+  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+/* The (count, sum, M2) of unit `lid` of a block whose words start at p, once published (mine:
+ * lid is one of the block's units; the others get (1, 0, 0)). The warp polls in one loop, as
+ * ng_coop_exchange does. */
+inline float4 gn_tag_get(__global volatile ulong *p, bool mine, float cnt) {
+  const uint lid = get_local_id(0);
+  ulong a = 0, b = 0;
+  int ok;
+  do {
+    if (mine)
+      asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
+                   : "=l"(a), "=l"(b)
+                   : "l"(p + 2 * (ulong)lid)
+                   : "memory");
+    ok = !mine || ((uint)(a >> 32) == 1u && (uint)(b >> 32) == 1u);
+  } while (!ng_warp_all(ok));
+  return mine ? (float4)(cnt, as_float((uint)a), as_float((uint)b), 0.0f)
+              : (float4)(1.0f, 0.0f, 0.0f, 0.0f);
+}
+#endif
+
 /* The split forward in one launch (GPU): ng_groupnorm_bwd_lag's scheme for the statistics.
  * Tickets t = 0 … units + lag − 1 in order (sync[0]); ticket t forms the exact two-pass
  * statistics of unit t (WG·SLOTS vectors in registers) and publishes them (count, sum, M2 to
@@ -643,19 +674,25 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
  * the wait deadlock-free (see ng_groupnorm_bwd_lag); the host passes up to a ticket per compute
  * unit more, so that the block waited for is mostly done, and U <= WG (fwd_lag_plan). Both
  * halves run on every ticket, the absent one on an empty unit, so no barrier sits under a
- * condition. */
+ * condition. tags != 0 (NVIDIA only): the statistics go through tagged words at sync + tags
+ * instead (gn_tag_put), and part is not used. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w, ulong w_off,
                      __global const uchar *b, ulong b_off, int pdt, int has_w, int has_b,
                      __global XT *y, ulong y_off, __global float *mean, ulong mean_off,
                      __global float *rstd, ulong rstd_off, __global float *part, ulong part_off,
                      __global volatile uint *sync, ulong sync_off, uint units, uint G, uint Cg,
-                     uint S, uint U, float eps, uint lag) {
+                     uint S, uint U, float eps, uint lag, uint tags) {
   __local uint tk;
   __local float red[WG];
   const uint lid = get_local_id(0);
   GN_FWD_ONE_OFFSETS();
   __global volatile float *pv = (__global volatile float *)part;
+#if NG_NV_SHFL
+  __global volatile ulong *tg = (__global volatile ulong *)(sync + tags);
+#else
+  (void)tags;
+#endif
   const uint sv = S / VEC, nvb = Cg * sv, tickets = units + lag;
   const float nf = (float)(nvb * VEC);
   for (uint t = gn_ticket(sync, tickets, &tk); t < tickets; t = gn_ticket(sync, tickets, &tk)) {
@@ -667,9 +704,16 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
       GN_LOAD_UNIT(r, x + (ulong)blk * nvb * VEC, v0, nv);
       const float4 c = gn_unit_stats(r, v0, nv, red);
       if (lid == 0 && st) {
-        pv[(ulong)t * 4] = c.x, pv[(ulong)t * 4 + 1] = c.y, pv[(ulong)t * 4 + 2] = c.z;
-        NG_FENCE_DEVICE();
-        atomic_inc(&sync[2 + 2 * blk]);
+#if NG_NV_SHFL
+        if (tags) {
+          gn_tag_put(tg + 2 * (ulong)t, c.y, c.z);
+        } else
+#endif
+        {
+          pv[(ulong)t * 4] = c.x, pv[(ulong)t * 4 + 1] = c.y, pv[(ulong)t * 4 + 2] = c.z;
+          NG_FENCE_DEVICE();
+          atomic_inc(&sync[2 + 2 * blk]);
+        }
       }
     }
     const uint ub = late ? t - lag : 0, blk = ub / U, u = ub % U, v0 = u * (WG * SLOTS);
@@ -686,22 +730,31 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
       wq[q_] = has_w ? gn_ld_param(w, w_off + ch_, pdt) : 1.0f;
       bq[q_] = has_b ? gn_ld_param(b, b_off + ch_, pdt) : 0.0f;
     }
-    if (lid == 0 && late) {
-      NG_WAIT_AT_LEAST(&sync[2 + 2 * blk], U);
-    }
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     /* the block's mean from the sum of the unit sums, M2 = Σ M2ᵤ + nᵤ·(meanᵤ − mean)²: the
      * arithmetic of gn_exchange (volatile loads, as there), its U <= WG branch. A work-item reads
      * its unit's three values at once and keeps them for the second sum (one round trip to L2
      * where reading them for each sum took two: 1-2 us of the H100's 74 at G = 32); a caller's
-     * scratch may leave them unaligned. */
-    __global volatile float *pu = pv + ((ulong)blk * U + lid) * 4;
+     * scratch may leave them unaligned. Tagged words carry no count: it follows from the unit's
+     * place, as gn_unit_stats formed it. */
     float4 q = (float4)(1.0f, 0.0f, 0.0f, 0.0f);
-    if (lid < Ue) {
-      if (((ulong)pu & 15) == 0)
-        q = *(__global volatile float4 *)pu;
-      else
-        q = (float4)(pu[0], pu[1], pu[2], 0.0f);
+#if NG_NV_SHFL
+    if (tags) {
+      q = gn_tag_get(tg + 2 * (ulong)blk * U, lid < Ue,
+                     (float)(min((uint)(WG * SLOTS), nvb - min(lid, U - 1) * (WG * SLOTS)) * VEC));
+    } else
+#endif
+    {
+      if (lid == 0 && late) {
+        NG_WAIT_AT_LEAST(&sync[2 + 2 * blk], U);
+      }
+      barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+      __global volatile float *pu = pv + ((ulong)blk * U + lid) * 4;
+      if (lid < Ue) {
+        if (((ulong)pu & 15) == 0)
+          q = *(__global volatile float4 *)pu;
+        else
+          q = (float4)(pu[0], pu[1], pu[2], 0.0f);
+      }
     }
     const float mu = ng_wg_sum(q.y, red) / nf, d = q.y / q.x - mu;
     const float m = lid < Ue ? q.z + q.x * d * d : 0.0f;
@@ -721,6 +774,12 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
       if (i_ < nv) STX(y + (ulong)blk * nvb * VEC, i_, xh_ * wq[q_] + bq[q_]);
     }
     if (lid == 0 && late && left == U - 1) {
+#if NG_NV_SHFL
+      /* every reader of the block has counted out: its words back to zero for the next launch */
+      __global ulong2 *tb = (__global ulong2 *)(tg + 2 * (ulong)blk * U);
+      if (tags)
+        for (uint j = 0; j < U; j++) tb[j] = (ulong2)(0);
+#endif
       atomic_xchg(&sync[2 + 2 * blk], 0u);
       atomic_xchg(&sync[3 + 2 * blk], 0u);
     }
