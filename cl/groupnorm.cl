@@ -343,6 +343,56 @@ inline uint gn_ticket(__global volatile uint *sync, uint tickets, __local uint *
 #define REG SLOTS
 #endif
 
+#if NG_NV_SHFL
+/* Tagged values (NVIDIA, the one-launch kernels' `tags`): a unit publishes two floats (the
+ * forward its sum and M2, the backward its two sums) as two 64-bit words, each the value's bits
+ * below a tag of 1, written and read whole (st / ld.relaxed.gpu), so a reader that sees both tags
+ * sees both values. No fence and no count: the publish's membar.gl also waited for the
+ * work-item's own stores of the ticket before (H100, bf16, G = 32: forward 64-66 -> 60 us,
+ * backward 91-92 -> 88-90). The words live in the queue's counter area, zero between launches:
+ * the block's last reader zeroes them (gn_tag_clear). */
+inline void gn_tag_put(__global volatile ulong *p, float sum, float m2) {
+  const ulong tag = (ulong)1 << 32, a = (ulong)as_uint(sum) | tag, b = (ulong)as_uint(m2) | tag;
+  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+/* The (count, sum, M2) of unit `lid` of a block whose words start at p, once published (mine:
+ * lid is one of the block's units; the others get (1, 0, 0)). The warp polls in one loop, as
+ * ng_coop_exchange does. */
+inline float4 gn_tag_get(__global volatile ulong *p, bool mine, float cnt) {
+  const uint lid = get_local_id(0);
+  ulong a = 0, b = 0;
+  int ok;
+  do {
+    if (mine)
+      asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
+                   : "=l"(a), "=l"(b)
+                   : "l"(p + 2 * (ulong)lid)
+                   : "memory");
+    ok = !mine || ((uint)(a >> 32) == 1u && (uint)(b >> 32) == 1u);
+  } while (!ng_warp_all(ok));
+  return mine ? (float4)(cnt, as_float((uint)a), as_float((uint)b), 0.0f)
+              : (float4)(1.0f, 0.0f, 0.0f, 0.0f);
+}
+/* One work-item spins until the unit whose words are at p has published: the backward's lag of
+ * U tickets often finds its block unfinished, and a single spinner on the block's last unit then
+ * keeps the other warps from polling L2 (with the warps polling: 91-94 us, even; with this:
+ * 88-90). The forward, whose longer lag mostly finds the block done, lost 1 us with it. */
+inline void gn_tag_wait(__global volatile ulong *p) {
+  ulong a, b;
+  do
+    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
+                 : "=l"(a), "=l"(b)
+                 : "l"(p)
+                 : "memory");
+  while ((uint)(a >> 32) != 1u || (uint)(b >> 32) != 1u);
+}
+/* The U units' words of a block at p back to zero, by one work-item: its last reader. */
+inline void gn_tag_clear(__global volatile ulong *p, uint U) {
+  __global ulong2 *q = (__global ulong2 *)p;
+  for (uint j = 0; j < U; j++) q[j] = (ulong2)(0);
+}
+#endif
+
 #if !BWD
 /* ---- forward ----------------------------------------------------------------------------------
  * y = rd((x − mean)·rstd·w[c] + b[c]). */
@@ -634,36 +684,6 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
   }
 }
 
-#if NG_NV_SHFL
-/* Tagged statistics (NVIDIA, the one-launch forward's `tags`): a unit publishes its sum and M2
- * as two 64-bit words, each the value's bits below a tag of 1, written and read whole
- * (st / ld.relaxed.gpu), so a reader that sees both tags sees both values. No fence and no count:
- * the publish's membar.gl also waited for the work-item's own y stores of the ticket before
- * (H100, bf16, G = 32: 64-66 -> 60 us). The words live in the queue's counter area, zero between
- * launches: the block's last reader zeroes them. */
-inline void gn_tag_put(__global volatile ulong *p, float sum, float m2) {
-  const ulong tag = (ulong)1 << 32, a = (ulong)as_uint(sum) | tag, b = (ulong)as_uint(m2) | tag;
-  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-/* The (count, sum, M2) of unit `lid` of a block whose words start at p, once published (mine:
- * lid is one of the block's units; the others get (1, 0, 0)). The warp polls in one loop, as
- * ng_coop_exchange does. */
-inline float4 gn_tag_get(__global volatile ulong *p, bool mine, float cnt) {
-  const uint lid = get_local_id(0);
-  ulong a = 0, b = 0;
-  int ok;
-  do {
-    if (mine)
-      asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
-                   : "=l"(a), "=l"(b)
-                   : "l"(p + 2 * (ulong)lid)
-                   : "memory");
-    ok = !mine || ((uint)(a >> 32) == 1u && (uint)(b >> 32) == 1u);
-  } while (!ng_warp_all(ok));
-  return mine ? (float4)(cnt, as_float((uint)a), as_float((uint)b), 0.0f)
-              : (float4)(1.0f, 0.0f, 0.0f, 0.0f);
-}
-#endif
 
 /* The split forward in one launch (GPU): ng_groupnorm_bwd_lag's scheme for the statistics.
  * Tickets t = 0 … units + lag − 1 in order (sync[0]); ticket t forms the exact two-pass
@@ -776,9 +796,7 @@ ng_groupnorm_fwd_lag(__global const XT *x, ulong x_off, __global const uchar *w,
     if (lid == 0 && late && left == U - 1) {
 #if NG_NV_SHFL
       /* every reader of the block has counted out: its words back to zero for the next launch */
-      __global ulong2 *tb = (__global ulong2 *)(tg + 2 * (ulong)blk * U);
-      if (tags)
-        for (uint j = 0; j < U; j++) tb[j] = (ulong2)(0);
+      if (tags) gn_tag_clear(tg + 2 * (ulong)blk * U, U);
 #endif
       atomic_xchg(&sync[2 + 2 * blk], 0u);
       atomic_xchg(&sync[3 + 2 * blk], 0u);
@@ -1084,7 +1102,9 @@ ng_groupnorm_bwd_dx(__global const XT *dy, ulong dy_off, __global const XT *x, u
  *    is still in the L2 cache.
  * lag ≥ U, so every unit of the block waited for holds an earlier ticket: a running group, which
  * publishes before it waits on anything. The last dx unit of a block (sync[3 + 2·blk]) and the
- * last ticket put the counters back to zero for the next launch on this queue.
+ * last ticket put the counters back to zero for the next launch on this queue. tags != 0
+ * (NVIDIA only, U <= WG): the sums go through tagged words at sync + tags instead (gn_tag_put),
+ * and part is not used; a fence remains only where partial rows of dweight / dbias follow.
  *
  * Both passes walk a unit in chunks of GN_LW lanes × GN_M vectors, all of a chunk's loads in
  * flight at once (the per-channel loop of ng_groupnorm_bwd has one, and two work-group sums per
@@ -1148,7 +1168,8 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
                      ulong rstd_off, __global XT *dx, ulong dx_off, __global float *part,
                      ulong part_off, __global float *dwp, ulong dwp_off, __global float *dbp,
                      ulong dbp_off, __global volatile uint *sync, ulong sync_off, uint units,
-                     uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, uint lag
+                     uint G, uint Cg, uint S, uint U, uint k, uint P, uint Ls, uint lag,
+                     uint tags
 #if GN_FUSED_GRAD
                      , __global uchar *gdw, ulong gdw_off, __global uchar *gdb, ulong gdb_off,
                      int gdt, int gacc
@@ -1160,6 +1181,11 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
   GN_BWD_OFFSETS();
   sync += sync_off;
   __global volatile float *pv = (__global volatile float *)part;
+#if NG_NV_SHFL
+  __global volatile ulong *tg = (__global volatile ulong *)(sync + tags);
+#else
+  (void)tags;
+#endif
   const uint tickets = units + lag;
   const float nf = (float)(Cg * S);
   const uint lane = lid % GN_LW, wp = lid / GN_LW;
@@ -1224,9 +1250,19 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
       }
       const float2 s = ng_wg_sum2((float2)(p1, p2), red);
       if (lid == 0 && sums) {
-        pv[(ulong)t * 2] = s.x, pv[(ulong)t * 2 + 1] = s.y;
-        NG_FENCE_DEVICE();
-        atomic_inc(&sync[2 + 2 * a.blk]);
+#if NG_NV_SHFL
+        if (tags) {
+          gn_tag_put(tg + 2 * (ulong)t, s.x, s.y);
+#if GN_FUSED_GRAD
+          if (prows > 1) NG_FENCE_DEVICE();
+#endif
+        } else
+#endif
+        {
+          pv[(ulong)t * 2] = s.x, pv[(ulong)t * 2 + 1] = s.y;
+          NG_FENCE_DEVICE();
+          atomic_inc(&sync[2 + 2 * a.blk]);
+        }
 #if GN_FUSED_GRAD
         /* the fence above also covers this group's per-channel partials (stored before the
          * barriers of ng_wg_sum2): count them for the channels' B·P units */
@@ -1252,12 +1288,23 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
       const uint c = nch > 1 ? wp * GN_CHUNK / lv : 0;
       wpre = has_w && wp < nck ? gn_ld_param(w, w_off + first_ch + c, pdt) : 1.0f;
     }
-    if (lid == 0 && late) {
-      NG_WAIT_AT_LEAST(&sync[2 + 2 * b.blk], U);
+    float2 bs;
+#if NG_NV_SHFL
+    if (tags) {
+      if (lid == 0 && late) gn_tag_wait(tg + 2 * ((ulong)b.blk * U + U - 1));
+      barrier(CLK_LOCAL_MEM_FENCE);
+      const float4 q = gn_tag_get(tg + 2 * (ulong)b.blk * U, late && lid < U, 1.0f);
+      bs = ng_wg_sum2((float2)(0.0f) + (float2)(q.y, q.z), red); /* gn_block_sums' additions */
+    } else
+#endif
+    {
+      if (lid == 0 && late) {
+        NG_WAIT_AT_LEAST(&sync[2 + 2 * b.blk], U);
+      }
+      barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+      /* volatile loads: this compute unit may hold lines of part from before they were written */
+      bs = gn_block_sums(pv + (ulong)b.blk * U * 2, late ? U : 0, red);
     }
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    /* volatile loads: this compute unit may hold lines of part from before they were written */
-    const float2 bs = gn_block_sums(pv + (ulong)b.blk * U * 2, late ? U : 0, red);
     {
       const uint lv = b.len / VEC, nch = late ? b.nch : 0, nv = nch * lv;
       const uint nck = (nv + GN_CHUNK - 1) / GN_CHUNK, first_ch = (b.blk % G) * Cg + b.c_lo;
@@ -1284,6 +1331,9 @@ ng_groupnorm_bwd_lag(__global const XT *dy, ulong dy_off, __global const XT *x, 
         }
       }
       if (lid == 0 && late && atomic_inc(&sync[3 + 2 * b.blk]) == U - 1) {
+#if NG_NV_SHFL
+        if (tags) gn_tag_clear(tg + 2 * (ulong)b.blk * U, U);
+#endif
         atomic_xchg(&sync[2 + 2 * b.blk], 0u);
         atomic_xchg(&sync[3 + 2 * b.blk], 0u);
       }

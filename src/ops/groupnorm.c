@@ -869,10 +869,22 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s == NG_SUCCESS && grads && !fused_grad) s = ng_reduce_program(ctx, gdt, &rprog);
   if (s != NG_SUCCESS) return s;
   cl_mem lsync = NULL; /* the one-launch kernel's counters; NULL: the two kernels */
+  cl_uint tags = 0; /* the one-launch kernel's tagged sums: their first counter; 0: none */
   if (one) {
-    /* the ticket and its pair, a pair per block, and (fused_grad) one per run of channels */
+    /* the ticket and its pair, a pair per block, (fused_grad) one per run of channels, and on
+     * NVIDIA, for blocks of at most wg units, 16 bytes a unit of tagged sums (cl/groupnorm.cl,
+     * gn_tag_put: no fence, no count; a block of more units polls too many words and zeroes
+     * them from one work-item: [1, 8192, 4096] with G = 1, U = 4096, 129.7 -> 157.5 us).
+     * H100, [1, R, N], G = 32, old and new binaries alternating, two runs: bf16 with dW at
+     * N = 1024-4096 91.0-91.8 -> 88.3-88.8 us, both frozen 91.6-93.1 -> 86.8-88.1, f16
+     * 95.3-95.8 -> 91.3; blocks of 40960 (U = 5) even. */
     const size_t runs = fused_grad ? p->groups * (lq.U / lq.P) : 0;
-    s = ng_sync_area(ctx, queue, 2 + 2 * p->batch * p->groups + runs, &lsync);
+    size_t n = 2 + 2 * p->batch * p->groups + runs;
+    if (lq.l.nv_shfl && lq.U <= lq.l.wg && lq.units <= GN_TAG_MAX_UNITS) {
+      tags = (cl_uint)((n + 3) & ~(size_t)3);
+      n = tags + 4 * (size_t)lq.units;
+    }
+    s = ng_sync_area(ctx, queue, n, &lsync);
     if (s != NG_SUCCESS) return s;
   }
   ng_scratch sc;
@@ -913,8 +925,8 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
         NG_ARG(dx.mem), NG_ARG(dxo),   NG_ARG(part),     NG_ARG(po), NG_ARG(dwp),        NG_ARG(dwo),
         NG_ARG(dbp),    NG_ARG(dbo),   NG_ARG(lsync),    NG_ARG(so), NG_ARG(units),      NG_ARG(G),
         NG_ARG(Cg),     NG_ARG(S),     NG_ARG(U),        NG_ARG(k),  NG_ARG(P),          NG_ARG(Ls),
-        NG_ARG(lag),    NG_ARG(dweight.mem), NG_ARG(gwo), NG_ARG(dbias.mem), NG_ARG(gbo),
-        NG_ARG(gdti),   NG_ARG(gacc)}; /* the last six only with fused_grad */
+        NG_ARG(lag),    NG_ARG(tags),  NG_ARG(dweight.mem), NG_ARG(gwo), NG_ARG(dbias.mem),
+        NG_ARG(gbo),    NG_ARG(gdti),  NG_ARG(gacc)}; /* the last six only with fused_grad */
     s = ng_enqueue(ctx, queue, prog, "ng_groupnorm_bwd_lag", (size_t)u->l.groups * u->l.wg,
                    u->l.wg, largs, (cl_uint)NG_ARRAY_LEN(largs) - (fused_grad ? 0 : 6), nwait,
                    wait, grads && !fused_grad ? NULL : event);
