@@ -355,8 +355,9 @@ inline void gn_tag_put(__global volatile ulong *p, float sum, float m2) {
   const ulong tag = (ulong)1 << 32, a = (ulong)as_uint(sum) | tag, b = (ulong)as_uint(m2) | tag;
   asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
-/* The (count, sum, M2) of unit `lid` of a block whose words start at p, once published (mine:
- * lid is one of the block's units; the others get (1, 0, 0)). The warp polls in one loop, as
+/* (cnt, first value, second value) of unit `lid` of a block whose words start at p, once
+ * published (mine: lid is one of the block's units; the others get (1, 0, 0)): the forward's
+ * (count, sum, M2), the backward's (1, its two sums). The warp polls in one loop, as
  * ng_coop_exchange does. */
 inline float4 gn_tag_get(__global volatile ulong *p, bool mine, float cnt) {
   const uint lid = get_local_id(0);
@@ -683,7 +684,6 @@ ng_groupnorm_fwd_one(__global const XT *x, ulong x_off, __global const uchar *w,
     GN_STORE_UNIT_Y(r, y + (ulong)blk * nvb * VEC, v0, nvb, (blk % G) * Cg, mu, rs);
   }
 }
-
 
 /* The split forward in one launch (GPU): ng_groupnorm_bwd_lag's scheme for the statistics.
  * Tickets t = 0 … units + lag − 1 in order (sync[0]); ticket t forms the exact two-pass

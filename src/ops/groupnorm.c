@@ -266,8 +266,15 @@ static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
 /* Register slots of the one-launch split forward: units of wg · 4 vectors, one round each, as
  * the backward's. */
 #define GN_LAG_SLOTS 4u
-/* Units whose statistics the one-launch forward may publish as tagged words (fwd_lag_plan). */
+/* Units whose values the one-launch kernels may publish as tagged words (1 MiB of them). */
 #define GN_TAG_MAX_UNITS 65536u
+
+/* Where a one-launch kernel's tagged words start in the queue's counter area, after its
+ * `counters` (16-byte aligned), or 0 (none) where they are not `wanted` or units exceed
+ * GN_TAG_MAX_UNITS. They take 16 bytes a unit (cl/groupnorm.cl, gn_tag_put). */
+static unsigned tags_at(bool wanted, size_t counters, size_t units) {
+  return wanted && units <= GN_TAG_MAX_UNITS ? (unsigned)((counters + 3) & ~(size_t)3) : 0u;
+}
 
 /* Whether a split forward takes the one-launch kernel (ng_groupnorm_fwd_lag), and its launch,
  * U, units and lag: where lag_wanted, on vector rows (the kernel holds 16-byte slots), for blocks
@@ -301,15 +308,12 @@ static bool fwd_lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, co
    * units (32 blocks of 8) measured slower with 64 more. */
   o->lag = (unsigned)U + (unsigned)(ctx->info.compute_units < units / 4 ? ctx->info.compute_units
                                                                           : units / 4);
-  /* On NVIDIA the statistics go through tagged words in the queue's counter area, 16 bytes a
-   * unit after the blocks' counters (cl/groupnorm.cl, gn_tag_put), where that stays within
-   * GN_TAG_MAX_UNITS units (1 MiB), a size the context keeps for the queue; past it, through
-   * the scratch behind a fence and a count. H100, bf16, [1, R, N], G = 32, one binary with and
-   * without: N = 1024-65536 64.2-69.5 -> 60.0-60.5 us; f16 at 4096 65.9-66.1 -> 63.0-64.2;
-   * G = 16 at [1, 8192, 4096] 65.2-67.5 -> 63.0-64.4 (three runs). */
-  o->tags = 0;
-  if (o->l.nv_shfl && units <= GN_TAG_MAX_UNITS)
-    o->tags = (unsigned)((2 + 2 * p->batch * p->groups + 3) & ~(size_t)3);
+  /* On NVIDIA the statistics go through tagged words in the queue's counter area after the
+   * blocks' counters (a size the context keeps for the queue); past GN_TAG_MAX_UNITS, through
+   * the scratch behind a fence and a count. H100, [1, R, N], old and new binaries alternating,
+   * two runs: bf16, G = 32, N = 1024-65536 63.8-64.7 -> 59.3-60.5 us; f16 at 4096 66.0-66.2 ->
+   * 62.1-62.9; G = 16 at [1, 8192, 4096] 65.1-65.4 -> 61.7-62.1. */
+  o->tags = tags_at(o->l.nv_shfl, 2 + 2 * p->batch * p->groups, units);
   return true;
 }
 
@@ -879,12 +883,9 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
      * N = 1024-4096 91.0-91.8 -> 88.3-88.8 us, both frozen 91.6-93.1 -> 86.8-88.1, f16
      * 95.3-95.8 -> 91.3; blocks of 40960 (U = 5) even. */
     const size_t runs = fused_grad ? p->groups * (lq.U / lq.P) : 0;
-    size_t n = 2 + 2 * p->batch * p->groups + runs;
-    if (lq.l.nv_shfl && lq.U <= lq.l.wg && lq.units <= GN_TAG_MAX_UNITS) {
-      tags = (cl_uint)((n + 3) & ~(size_t)3);
-      n = tags + 4 * (size_t)lq.units;
-    }
-    s = ng_sync_area(ctx, queue, n, &lsync);
+    const size_t n = 2 + 2 * p->batch * p->groups + runs;
+    tags = tags_at(lq.l.nv_shfl && lq.U <= lq.l.wg, n, lq.units);
+    s = ng_sync_area(ctx, queue, tags ? tags + 4 * (size_t)lq.units : n, &lsync);
     if (s != NG_SUCCESS) return s;
   }
   ng_scratch sc;
