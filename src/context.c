@@ -695,10 +695,11 @@ static size_t fused_shape(const ng_context *ctx, const ng_row_launch *l, size_t 
 #define NG_FUSED_MAX_PER_CU 4
 
 bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
-                     size_t sections) {
+                     size_t sections, ng_fused_rule rule) {
   if (l->wg < 2 || ncols == 0 || sections == 0) return false; /* the CPU shape: separate kernel */
   if (ctx->fused_reduce) return ctx->fused_reduce >= 2;
-  if (!l->nv_shfl) return false; /* measured on NVIDIA only */
+  if (!l->nv_shfl || rule == NG_FUSED_NEVER) return false; /* measured on NVIDIA only */
+  if (rule == NG_FUSED_ALWAYS) return true;
   ng_row_launch full = *l;
   full.groups = l->grid > l->groups ? l->grid : l->groups;
   if (full.groups > (size_t)NG_FUSED_MAX_PER_CU * ctx->info.compute_units) return false;
@@ -760,9 +761,10 @@ static bool fused_counters(ng_context *ctx, cl_command_queue q, ng_fused *out, n
 }
 
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
-                        size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out) {
+                        size_t sections, ng_fused_rule rule, ng_tensor dw, ng_tensor db, bool acc,
+                        ng_fused *out) {
   fused_off(out, dw, db, acc);
-  if (!ng_fused_wanted(ctx, l, ncols, sections)) return NG_SUCCESS;
+  if (!ng_fused_wanted(ctx, l, ncols, sections, rule)) return NG_SUCCESS;
   ng_status s;
   if (!fused_counters(ctx, q, out, &s)) return s;
   size_t cw, reducers;

@@ -319,18 +319,22 @@ typedef struct ng_fused {
 #define NG_FUSED_KARGS(f)                                                                          \
   NG_ARG((f).sync), NG_ARG((f).sync_off), NG_ARG((f).dw), NG_ARG((f).dw_off), NG_ARG((f).db),     \
       NG_ARG((f).db_off), NG_ARG((f).acc), NG_ARG((f).cw), NG_ARG((f).reducers)
+/* An op's default for its in-kernel reduction on NVIDIA: the shape rule of ng_fused_wanted, or
+ * always, or never (where the op measured otherwise). NG_TUNE_FUSED_REDUCE overrides each. */
+typedef enum { NG_FUSED_BY_SHAPE, NG_FUSED_ALWAYS, NG_FUSED_NEVER } ng_fused_rule;
 /* Whether a GPU-shaped launch `l` whose groups each leave `sections` rows of `ncols` partials
- * reduces in-kernel: NG_TUNE_FUSED_REDUCE when set, else on NVIDIA where each reducer thread's
- * chain of partial rows is short (measured there). Build options depend on it, so the variant
- * lists call it too. */
+ * reduces in-kernel: NG_TUNE_FUSED_REDUCE when set, else on NVIDIA as `rule` says, by shape
+ * where each reducer thread's chain of partial rows is short (measured there). Build options
+ * depend on it, so the variant lists call it too. */
 bool ng_fused_wanted(const ng_context *ctx, const ng_row_launch *l, size_t ncols,
-                     size_t sections);
+                     size_t sections, ng_fused_rule rule);
 /* The plan of a launch whose groups each leave `sections` rows of `ncols` partials, into the
  * gradients dw and db (either may be absent): off when not wanted (sections 0 included) or when
  * `q` gets no counters (more than NG_SYNC_QUEUES queues); its kernel arguments are set either
  * way. Errors only from making the counter buffer. */
 ng_status ng_fused_plan(ng_context *ctx, cl_command_queue q, const ng_row_launch *l, size_t ncols,
-                        size_t sections, ng_tensor dw, ng_tensor db, bool acc, ng_fused *out);
+                        size_t sections, ng_fused_rule rule, ng_tensor dw, ng_tensor db, bool acc,
+                        ng_fused *out);
 /* A plan for a kernel that shapes its in-kernel reduction itself (GroupNorm's held backward): the
  * queue's counters, `reducers` groups (ng_fused_arrive's last arrivers), cw 0. Off when reducers
  * is 0 or `q` gets no counters (more than NG_SYNC_QUEUES queues). */

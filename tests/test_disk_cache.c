@@ -890,7 +890,7 @@ static void test_prebuild_gpu_shapes(void **state) {
             const ng_row_launch lv = ng_choose_row_launch(c, (size_t)1 << 20, ns[i], aligned,
                                                           ng_bwd_mode(true, fl[xi]));
             size_t nb, rg;
-            if (pass == 2 && ng_fused_wanted(c, &lv, ns[i], 1) &&
+            if (pass == 2 && ng_fused_wanted(c, &lv, ns[i], 1, NG_FUSED_BY_SHAPE) &&
                 !ng_col_split(c, &lv, (size_t)1 << 20, ns[i], &nb, &rg))
               ng_opts_add(&o, "FUSED_RED", 1);
             if (pass) ng_opts_add(&o, "RAW_ROWS", pass == 2 && l.reg_cols >= 4); /* rmsnorm.c */

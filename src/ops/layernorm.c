@@ -264,7 +264,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   if (coop) /* the split kernel sums its sets' partial rows itself only when forced */
     ng_coop_fused_plan(ctx, &cp, p->n, sections, LN_COOP_FUSED, dweight, dbias, acc, &f);
   else if (s == NG_SUCCESS)
-    s = ng_fused_plan(ctx, queue, &l, p->n, split ? 0 : sections, dweight, dbias, acc, &f);
+    s = ng_fused_plan(ctx, queue, &l, p->n, split ? 0 : sections, NG_FUSED_BY_SHAPE, dweight,
+                      dbias, acc, &f);
   const bool sep_reduce = partials && !f.on; /* separate ng_reduce_partials launches */
   const unsigned part_rows = coop ? cp.sets : split ? (unsigned)rgroups : l.groups;
   ng_opts o;
@@ -376,7 +377,8 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
               const ng_coop *c = coop ? (part ? &cpp : &cz) : NULL;
               const size_t sec = (dw ? 1u : 0u) + (db ? 1u : 0u);
               const bool fused = c ? ng_coop_fused_wanted(ctx, c, n, sec, LN_COOP_FUSED)
-                                   : part && !split && ng_fused_wanted(ctx, l, n, sec);
+                                   : part && !split &&
+                                         ng_fused_wanted(ctx, l, n, sec, NG_FUSED_BY_SHAPE);
               bwd_opts(&o, ctx, l, c, xd, wi >= 0 ? (int)fl[wi] : -1, dw, db, fused,
                        bi >= 0 ? fl[bi] : NG_F32);
               s = fn(ctx, "layernorm", &o, user);

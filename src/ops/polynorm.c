@@ -301,7 +301,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
   /* the kernel's arguments of the gradients (ng_fused_plan with no sections: set, off); with the
    * in-kernel sum, the queue's counter area (none past NG_SYNC_QUEUES queues: a separate sum) */
   ng_fused f;
-  s = ng_fused_plan(ctx, queue, &l, 3, 0, dweight, dbias, acc, &f);
+  s = ng_fused_plan(ctx, queue, &l, 3, 0, NG_FUSED_BY_SHAPE, dweight, dbias, acc, &f);
   cl_mem area = NULL;
   if (s == NG_SUCCESS && (compute_dw || compute_db) && chunk_wanted(ctx, &l, x.dtype, compute_dw))
     s = ng_sync_area(ctx, queue, chunk_area(&l), &area);

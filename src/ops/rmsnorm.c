@@ -228,14 +228,21 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
   return scratch_size(ctx, p, compute_dweight, bytes, false);
 }
 
-/* Whether the backward may sum dW in the kernel (then as ng_fused_wanted says). The fused add
- * with ds_out keeps the separate reduction unless forced: in-kernel it measured even or slower
- * at every N (H100, bf16, with dW: 2048 105.5-107.2 -> 104.6-105.7 us, 8192 111.8-113.2 ->
- * 111.6-115.0, 4096 106.1-106.6 -> 118.6-119.9, where RMSNorm's same launch gains 85.3 ->
- * 81.1-83.2; with the reducers' loads taken out, a measurement build, 4096 still took 119.3: the
- * time goes to the groups' arrival, not to the sums). */
-static bool fuse_ok(const ng_context *ctx, bool has_ds) {
-  return !has_ds || ctx->fused_reduce >= 2;
+/* The backward's default for summing dW in the kernel (ng_fused_wanted): RMSNorm's, and the
+ * fused add's without ds_out (the same kernel), by shape. The fused add with ds_out, in its
+ * NG_ROWS_FEW grid, only for 16-bit rows of 65-128 vectors (bf16 N = 520-1024: six groups of 128
+ * work-items a compute unit), and never elsewhere. H100, with dW and ds_out, rows·N = 2^25,
+ * separate -> in-kernel, the same binary, two or three runs (2026-11-26): bf16 at 1024
+ * 101.2-101.7 -> 99.6-100.9 us (0.90 -> 0.91-0.92), f16 101.4-103.4 -> 100.4-101.2, bf16
+ * 1000 x 1024 19.8-22.0 -> 16.6-16.8; but f16 at 2048 102.0-102.3 -> 105.6-112.4, bf16 at 2048
+ * 101.2-102.2 -> 100.9-101.6, at 512 even (103.7-103.8 -> 102.8-104.2), f32 at 1024 and 2048
+ * even; with the grid of the other ops (before NG_ROWS_FEW): 2048 105.5-107.2 -> 104.6-105.7,
+ * 8192 111.8-113.2 -> 111.6-115.0, 4096 106.1-106.6 -> 118.6-119.9 (there the time went to the
+ * groups' arrival: a measurement build without the reducers' loads still took 119.3). */
+static ng_fused_rule rms_fuse_rule(bool has_ds, ng_dtype x_dtype, size_t n) {
+  if (!has_ds) return NG_FUSED_BY_SHAPE;
+  const bool x16 = x_dtype == NG_BF16 || x_dtype == NG_F16;
+  return x16 && n > 64 * 8 && n <= 128 * 8 ? NG_FUSED_ALWAYS : NG_FUSED_NEVER;
 }
 
 /* Backward; `x` is the normalized input (s for the fused op), ds_out (optional) is added to dx. */
@@ -298,9 +305,8 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
     ng_coop_fused_plan(ctx, &cp, p->n, compute_dw ? 1 : 0, true, dweight, ng_tensor_none(), acc,
                        &f);
   else if (s == NG_SUCCESS)
-    s = ng_fused_plan(ctx, queue, &l, p->n,
-                      compute_dw && !split && fuse_ok(ctx, has_ds) ? 1 : 0, dweight,
-                      ng_tensor_none(), acc, &f);
+    s = ng_fused_plan(ctx, queue, &l, p->n, compute_dw && !split ? 1 : 0,
+                      rms_fuse_rule(has_ds, x.dtype, p->n), dweight, ng_tensor_none(), acc, &f);
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
   bwd_opts(&o, ctx, &l, coop ? &cp : NULL, x.dtype, weight.mem != NULL, weight.dtype, compute_dw,
@@ -454,7 +460,8 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, fl[xi], NULL, n, &cp);
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
-                                     : fuse_ok(ctx, ds != 0) && ng_fused_wanted(ctx, &l, n, 1) &&
+                                     : ng_fused_wanted(ctx, &l, n, 1,
+                                                       rms_fuse_rule(ds != 0, fl[xi], n)) &&
                                            !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg));
               ng_opts o;
               if (pass == 0) fwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, fused);
