@@ -232,9 +232,9 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
  * fused add's without ds_out (the same kernel), by shape. The fused add with ds_out, in its
  * NG_ROWS_FEW grid, only for 16-bit rows of 65-128 vectors (bf16 N = 520-1024: six groups of 128
  * work-items a compute unit), and never elsewhere. H100, with dW and ds_out, rows·N = 2^25,
- * separate -> in-kernel, the same binary, two or three runs (2026-11-26): bf16 at 1024
- * 101.2-101.7 -> 99.6-100.9 us (0.90 -> 0.91-0.92), f16 101.4-103.4 -> 100.4-101.2, bf16
- * 1000 x 1024 19.8-22.0 -> 16.6-16.8; but f16 at 2048 102.0-102.3 -> 105.6-112.4, bf16 at 2048
+ * separate -> in-kernel, the same binary, four or five runs (2026-11-26): bf16 at 1024
+ * 101.2-102.0 -> 99.6-100.9 us (0.90 -> 0.91-0.92), f16 101.2-103.4 -> 100.0-101.2, bf16
+ * 1000 x 1024 19.2-22.0 -> 15.8-16.8; but f16 at 2048 102.0-102.3 -> 105.6-112.4, bf16 at 2048
  * 101.2-102.2 -> 100.9-101.6, at 512 even (103.7-103.8 -> 102.8-104.2), f32 at 1024 and 2048
  * even; with the grid of the other ops (before NG_ROWS_FEW): 2048 105.5-107.2 -> 104.6-105.7,
  * 8192 111.8-113.2 -> 111.6-115.0, 4096 106.1-106.6 -> 118.6-119.9 (there the time went to the
