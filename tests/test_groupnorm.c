@@ -374,7 +374,9 @@ static bool takes_lag(size_t B, size_t C, size_t S, size_t G, bool fwd) {
 
 /* The forward of a bf16 [B, C, S] call with G groups gives the same bits with the library's
  * scratch and with the caller's at an element offset of 5 (the one-launch kernel reads a unit's
- * statistics as one 16-byte load where they are aligned, one by one where not). */
+ * statistics as one 16-byte load where they are aligned, one by one where not; on NVIDIA they
+ * go through tagged words instead and the scratch is not read, so there this checks only that
+ * the call takes either scratch). */
 static void fwd_same_bits_any_scratch(size_t B, size_t C, size_t S, size_t G) {
   ng_test_env *e = ng_test_env_get();
   ng_groupnorm_params p = {B, C, S, G, 1e-5f};

@@ -275,6 +275,11 @@ static bool lag_plan(const ng_context *ctx, const ng_groupnorm_params *p, const 
 static unsigned tags_at(bool wanted, size_t counters, size_t units) {
   return wanted && units <= GN_TAG_MAX_UNITS ? (unsigned)((counters + 3) & ~(size_t)3) : 0u;
 }
+/* The counter area a one-launch call needs: its counters, and its tagged words where tags_at
+ * placed them (four counters a unit). */
+static size_t tagged_area(unsigned tags, size_t counters, size_t units) {
+  return tags ? tags + 4 * units : counters;
+}
 
 /* Whether a split forward takes the one-launch kernel (ng_groupnorm_fwd_lag), and its launch,
  * U, units and lag: where lag_wanted, on vector rows (the kernel holds 16-byte slots), for blocks
@@ -677,9 +682,8 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
   const bool onepass = one_plan(ctx, p, &pl.l, x.dtype, &one);
   const bool lagf = !onepass && fwd_lag_plan(ctx, p, &pl, &one);
   if (onepass || lagf) {
-    const size_t n = lagf && one.tags ? one.tags + 4 * (size_t)one.units
-                                      : 2 + 2 * p->batch * p->groups;
-    s = ng_sync_area(ctx, queue, n, &sync);
+    const size_t n = 2 + 2 * p->batch * p->groups;
+    s = ng_sync_area(ctx, queue, lagf ? tagged_area(one.tags, n, one.units) : n, &sync);
     if (s != NG_SUCCESS) return s;
   }
   ng_opts o;
@@ -885,7 +889,7 @@ ng_status ng_groupnorm_backward(ng_context *ctx, cl_command_queue queue,
     const size_t runs = fused_grad ? p->groups * (lq.U / lq.P) : 0;
     const size_t n = 2 + 2 * p->batch * p->groups + runs;
     tags = tags_at(lq.l.nv_shfl && lq.U <= lq.l.wg, n, lq.units);
-    s = ng_sync_area(ctx, queue, tags ? tags + 4 * (size_t)lq.units : n, &lsync);
+    s = ng_sync_area(ctx, queue, tagged_area(tags, n, lq.units), &lsync);
     if (s != NG_SUCCESS) return s;
   }
   ng_scratch sc;
