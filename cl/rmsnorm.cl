@@ -105,11 +105,12 @@ inline floatC fa_sumc(__global const XT *xr, __global const XT *resr, __global X
 #define LOAD_INC(j) NG_LDC(DTYPE, xr, j)
 #endif
 /* RMSNorm's forward asks for w' a few chunks ahead: w' (f32, 4·n bytes) and the three row
- * streams pass the L1 cache from n ≈ 4096 on, and the miss on w' then stalls each chunk. PoCL on a
- * 2-vCPU AMD EPYC (48 KB L1 a core), bf16, rows·n = 2^25, four or five alternating runs: 4096
- * 3.61-3.91 -> 3.07-3.56 ms, 16384 4.16-4.31 -> 3.82-4.29, 1024 and 2048 even. With w' held in
- * L1 (a measurement build, wrong results) 4096 took 2.45-3.23. The fused add's forward (more
- * streams) and LayerNorm's (w and b) measured even or slower with it, so they do not. */
+ * streams, about 10·n bytes a row, no longer stay in L1 from n ≈ 4096 on, and the loads of w'
+ * miss it. PoCL on a 2-vCPU AMD EPYC (48 KB L1 a core), bf16, rows·n = 2^25, four or five
+ * alternating runs: 4096 3.61-3.91 -> 3.07-3.56 ms, 16384 4.16-4.31 -> 3.82-4.29, 1024 and 2048
+ * even. With w' held in L1 (a measurement build, wrong results) 4096 took 2.45-3.23. The fused
+ * add's forward (more streams) and LayerNorm's (w and b) measured even or slower with it, so they
+ * do not. */
 #if HAS_W && !FUSED_ADD
 #define RMS_PF(j) NG_PF_CHUNK(w, j)
 #else
