@@ -359,19 +359,22 @@ inline void gn_tag_put(__global volatile ulong *p, float sum, float m2) {
  * published (mine: lid is one of the block's units; the others get (1, 0, 0)): the forward's
  * (count, sum, M2), the backward's (1, its two sums). The warp polls in one loop, as
  * ng_coop_exchange does. */
+/* The two words at p, read whole (ld.relaxed.gpu); published once both carry the tag. */
+inline ulong2 gn_tag_ld(__global volatile ulong *p) {
+  ulong a, b;
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+  return (ulong2)(a, b);
+}
+inline bool gn_tagged(ulong2 v) { return (uint)(v.x >> 32) == 1u && (uint)(v.y >> 32) == 1u; }
 inline float4 gn_tag_get(__global volatile ulong *p, bool mine, float cnt) {
   const uint lid = get_local_id(0);
-  ulong a = 0, b = 0;
+  ulong2 v = (ulong2)(0);
   int ok;
   do {
-    if (mine)
-      asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
-                   : "=l"(a), "=l"(b)
-                   : "l"(p + 2 * (ulong)lid)
-                   : "memory");
-    ok = !mine || ((uint)(a >> 32) == 1u && (uint)(b >> 32) == 1u);
+    if (mine) v = gn_tag_ld(p + 2 * (ulong)lid);
+    ok = !mine || gn_tagged(v);
   } while (!ng_warp_all(ok));
-  return mine ? (float4)(cnt, as_float((uint)a), as_float((uint)b), 0.0f)
+  return mine ? (float4)(cnt, as_float((uint)v.x), as_float((uint)v.y), 0.0f)
               : (float4)(1.0f, 0.0f, 0.0f, 0.0f);
 }
 /* One work-item spins until the unit whose words are at p has published: the backward's lag of
@@ -379,13 +382,8 @@ inline float4 gn_tag_get(__global volatile ulong *p, bool mine, float cnt) {
  * keeps the other warps from polling L2 (with the warps polling: 91-94 us, even; with this:
  * 88-90). The forward, whose longer lag mostly finds the block done, lost 1 us with it. */
 inline void gn_tag_wait(__global volatile ulong *p) {
-  ulong a, b;
-  do
-    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
-                 : "=l"(a), "=l"(b)
-                 : "l"(p)
-                 : "memory");
-  while ((uint)(a >> 32) != 1u || (uint)(b >> 32) != 1u);
+  while (!gn_tagged(gn_tag_ld(p))) {
+  }
 }
 /* The U units' words of a block at p back to zero, by one work-item: its last reader. */
 inline void gn_tag_clear(__global volatile ulong *p, uint U) {
