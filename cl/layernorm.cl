@@ -88,7 +88,10 @@ inline floatC ln_outc(floatC v, float mu, float rs, __global const WT *w, __glob
 #define LN_CPU_LOOP(S1, S2, STC_)                                                                    \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
-      if (S2) sm = ng_addc(sm, NG_LDC(DTYPE, x2, j));                                                \
+      if (S2) {                                                                                      \
+        NG_PF_MEM(x2, j);                                                                            \
+        sm = ng_addc(sm, NG_LDC(DTYPE, x2, j));                                                      \
+      }                                                                                              \
       if (S1) ss = ng_sqc(ss, NG_LDC(DTYPE, x1, j) - mu1);                                           \
       STC_(DTYPE, yr, j, ln_outc(NG_LDC(DTYPE, x0, j), mu0, rs0, w, b, j));                          \
     }                                                                                                \
@@ -553,7 +556,11 @@ typedef float accT;
 #define LN_BWD_CPU_LOOP(PIPE, STC_)                                                                  \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
-      if (PIPE) LN_SUMSC(j);                                                                         \
+      if (PIPE) {                                                                                    \
+        NG_PF_MEM(dyn, j);                                                                           \
+        NG_PF_MEM(xn, j);                                                                            \
+        LN_SUMSC(j);                                                                                 \
+      }                                                                                              \
       const floatC d = NG_LDC(DTYPE, dyr, j), xh = (NG_LDC(DTYPE, xr, j) - mu) * rs;                 \
       STC_(DTYPE, dxr, j, DX_OF(GRADC(d, j), xh));                                                   \
       LN_DW_CPU(j, d, xh);                                                                           \

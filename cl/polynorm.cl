@@ -89,7 +89,10 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
 #define PN_CPU_LOOP(PIPE, STC_)                                                                      \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
-      if (PIPE) PN_SUMS(NG_LDC(DTYPE, xn, j));                                                       \
+      if (PIPE) {                                                                                    \
+        NG_PF_MEM(xn, j);                                                                            \
+        PN_SUMS(NG_LDC(DTYPE, xn, j));                                                               \
+      }                                                                                              \
       const floatC v = NG_LDC(DTYPE, xr, j);                                                         \
       STC_(DTYPE, yr, j, PN_Y(v));                                                                   \
     }                                                                                                \
@@ -333,7 +336,11 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
       const floatC d = NG_LDC(DTYPE, dyr, j), v = NG_LDC(DTYPE, xr, j);                              \
-      if (PIPE) PN_BSUMS(NG_LDC(DTYPE, dyn, j), NG_LDC(DTYPE, xn, j));                               \
+      if (PIPE) {                                                                                    \
+        NG_PF_MEM(dyn, j);                                                                           \
+        NG_PF_MEM(xn, j);                                                                            \
+        PN_BSUMS(NG_LDC(DTYPE, dyn, j), NG_LDC(DTYPE, xn, j));                                       \
+      }                                                                                              \
       STC_(DTYPE, dxr, j, PN_DX(d, v));                                                              \
     }                                                                                                \
   } while (0)

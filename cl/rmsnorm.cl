@@ -101,8 +101,14 @@ inline floatC fa_sumc(__global const XT *xr, __global const XT *resr, __global X
   return v;
 }
 #define LOAD_INC(j) fa_sumc(xr, resr, sr, j)
+#define RMS_PF_IN(j)                                                                                 \
+  do {                                                                                               \
+    NG_PF_MEM(xr, j);                                                                                \
+    NG_PF_MEM(resr, j);                                                                              \
+  } while (0)
 #else
 #define LOAD_INC(j) NG_LDC(DTYPE, xr, j)
+#define RMS_PF_IN(j) NG_PF_MEM(xr, j)
 #endif
 /* RMSNorm's forward asks for w' a few chunks ahead: w' (f32, 4·n bytes) and the three row
  * streams, about 10·n bytes a row, no longer stay in L1 from n ≈ 4096 on, and the loads of w'
@@ -119,7 +125,10 @@ inline floatC fa_sumc(__global const XT *xr, __global const XT *resr, __global X
 #define RMS_CPU_LOOP(PIPE, RDC_, STC_)                                                               \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
-      if (PIPE) acc = ng_sqc(acc, LOAD_INC(j));                                                      \
+      if (PIPE) {                                                                                    \
+        RMS_PF_IN(j);                                                                                \
+        acc = ng_sqc(acc, LOAD_INC(j));                                                              \
+      }                                                                                              \
       RMS_PF(j);                                                                                     \
       const floatC wp = WPRIMEC(j), xv = NG_LDC(DTYPE, cur, j);                                      \
       floatC out;                                                                                    \
@@ -387,10 +396,12 @@ inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global
 #define RMS_BWD ng_fused_add_rmsnorm_bwd
 #define DX_OUT(i, v) ((v) + LDX(dsr, i))
 #define DX_OUTC(j, v) ((v) + NG_LDC(DTYPE, dsr, j))
+#define RMS_PF_DS(j) NG_PF_MEM(dsr, j)
 #else
 #define RMS_BWD ng_rmsnorm_bwd
 #define DX_OUT(i, v) (v)
 #define DX_OUTC(j, v) (v)
+#define RMS_PF_DS(j) ((void)0)
 #endif
 /* dx before ds_out from dy d, w' wp and x xv, with the row's rstd rs and c; and x̂ as dW takes it
  * (rounded to the dtype in the llama mode; RD_ is NG_RDC for chunks, NG_RDV for vectors). One
@@ -411,7 +422,12 @@ inline float rms_row_dot(__global const XT *dyr, __global const XT *xr, __global
 #define RMS_BWD_CPU_LOOP(PIPE, RDC_, STC_)                                                           \
   do {                                                                                               \
     for (uint j = 0; j < nc; j++) {                                                                  \
-      if (PIPE) acc = RMS_DOTC(acc, j);                                                              \
+      if (PIPE) {                                                                                    \
+        NG_PF_MEM(dyn, j);                                                                           \
+        NG_PF_MEM(xn, j);                                                                            \
+        acc = RMS_DOTC(acc, j);                                                                      \
+      }                                                                                              \
+      RMS_PF_DS(j);                                                                                  \
       const floatC d = NG_LDC(DTYPE, dyr, j), xv = NG_LDC(DTYPE, xr, j);                             \
       STC_(DTYPE, dxr, j, DX_OUTC(j, RMS_DX(d, WPRIMEC(j), xv)));                                    \
       RMS_DW_CPU(j, d, xv, RDC_);                                                                    \
