@@ -184,8 +184,10 @@ typedef enum ng_tune {
   NG_TUNE_GROUPS = 2,      /* persistent work-groups per launch */
   NG_TUNE_VECTOR = 3,      /* elements per vector access: 1, or 8 where alignment allows */
   NG_TUNE_REG_COLS = 4,    /* column slots per work-item kept in registers (1, 2, 4, 8) */
-  NG_TUNE_PREFETCH = 5,    /* 1 = off, 2 = each group prefetches its next row into the L2
-                              cache while it reduces the current one (NVIDIA only) */
+  NG_TUNE_PREFETCH = 5,    /* 1 = off, 2 = on: on NVIDIA each group prefetches its next row
+                              into the L2 cache while it reduces the current one; on CPUs the
+                              row loops ask for what they read from memory 2 KB ahead (on by
+                              default there) */
   NG_TUNE_TABLE = 6,       /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
   NG_TUNE_FUSED_REDUCE = 7 /* 1 = parameter gradients summed by a separate kernel, 2 = by the
                               last work-groups of the backward kernel itself (AUTO: on NVIDIA);

@@ -458,6 +458,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   }
   if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
+  /* CPUs prefetch their row streams in the kernels (NG_PF_MEM) unless told not to */
+  l.cpu_pf_off = cpu && tune[NG_TUNE_PREFETCH] == 1;
   /* frozen backward has no partials: the caller passes backward=false for it */
   if (tune[NG_TUNE_GROUPS]) g = tune[NG_TUNE_GROUPS];
   l.grid = g < UINT32_MAX / 1024 ? (unsigned)g : UINT32_MAX / 1024;
@@ -480,7 +482,7 @@ void ng_row_opts_dt(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool h
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
   ng_opts_add(o, "REG", l->reg_cols);
-  ng_nv_opts(o, l);
+  ng_launch_opts(o, l);
 }
 
 bool ng_row_beyond_regs(const ng_row_launch *l, size_t n) {
@@ -610,10 +612,11 @@ ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *
   return NG_SUCCESS;
 }
 
-void ng_nv_opts(ng_opts *o, const ng_row_launch *l) {
+void ng_launch_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
   if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);
   if (l->prefetch) ng_opts_add(o, "PREFETCH", 1);
+  if (l->cpu_pf_off) ng_opts_add(o, "NG_PF_FAR", 0);
 }
 
 /* ---- in-kernel reductions ------------------------------------------------------------------ */

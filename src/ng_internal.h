@@ -242,6 +242,7 @@ typedef struct ng_row_launch {
   bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
   bool prefetch;     /* prefetch each group's next row into L2 (NVIDIA PTX) */
   bool nv_bf16;      /* bf16 rounding by PTX cvt (NVIDIA sm_80+) */
+  bool cpu_pf_off;   /* CPU: no prefetch of the streams read from memory (NG_PF_MEM) */
 } ng_row_launch;
 /* A GPU-shaped launch (wg > 1) whose rows of n elements are longer than a group holds in its
  * registers (wg·reg_cols vectors): such rows stream, or take a split or column kernel. */
@@ -301,8 +302,9 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
 ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync);
 /* Bytes of the split kernel's partials: per section (dW, dB) one row of n floats per set. */
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes);
-/* The NVIDIA-only options of a launch (NG_NV_SHFL, NG_NV_BF16, PREFETCH); nothing elsewhere. */
-void ng_nv_opts(ng_opts *o, const ng_row_launch *l);
+/* A launch's device-specific options: NVIDIA's (NG_NV_SHFL, NG_NV_BF16, PREFETCH), and on a CPU
+ * NG_PF_FAR=0 where the far prefetch is turned off. */
+void ng_launch_opts(ng_opts *o, const ng_row_launch *l);
 
 /* ---- in-kernel final reduction of parameter partials (FUSED_RED, cl/ng_common.clh) --------- */
 typedef struct ng_fused {

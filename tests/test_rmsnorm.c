@@ -358,6 +358,53 @@ static void test_finite_difference(void **state) {
 }
 
 /* Same inputs, same bits: dW has no float atomics. */
+/* The prefetch turned off (NG_TUNE_PREFETCH = 1: on a CPU the row loops' far prefetch, on NVIDIA
+ * the L2 prefetch) is a hint gone: the same bits as with it, and right against the reference. */
+static void test_prefetch_off(void **state) {
+  (void)state;
+  ng_test_env *e = ng_test_env_get();
+  ng_rmsnorm_params p = {9, 4104, 1e-6f, 0.0f, NG_CAST_LLAMA}; /* 513 vectors: a tail */
+  const size_t cnt = p.rows * p.n, off = 8;
+  ng_rng rng;
+  ng_rng_seed(&rng, 11);
+  float *x = ng_test_random(&rng, NG_BF16, cnt, 0, 1), *dy = ng_test_random(&rng, NG_BF16, cnt, 0, 1);
+  float *w = ng_test_random(&rng, NG_F32, p.n, 1, 0.1);
+  cl_mem bx = ng_test_upload(NG_BF16, x, cnt, off, 0), bdy = ng_test_upload(NG_BF16, dy, cnt, off, 0);
+  cl_mem bw = ng_test_upload(NG_F32, w, p.n, off, 0);
+  cl_mem by = ng_test_upload(NG_BF16, NULL, cnt, off, 0), br = ng_test_upload(NG_F32, NULL, p.rows, off, 0);
+  cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, off, 0), bdw = ng_test_upload(NG_F32, NULL, p.n, off, 0);
+  float *got[2][3];
+  for (int pf = 0; pf < 2; pf++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_PREFETCH, pf ? 1 : NG_TUNE_AUTO));
+    NG_OK(ng_rmsnorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, off, NG_BF16),
+                             ng_tensor_of(bw, off, NG_F32), ng_tensor_of(by, off, NG_BF16),
+                             ng_tensor_of(br, off, NG_F32), 0, NULL, NULL));
+    NG_OK(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, off, NG_BF16),
+                              ng_tensor_of(bx, off, NG_BF16), ng_tensor_of(bw, off, NG_F32),
+                              ng_tensor_of(br, off, NG_F32), ng_tensor_of(bdx, off, NG_BF16),
+                              ng_tensor_of(bdw, off, NG_F32), 0, ng_tensor_none(), 0, NULL, NULL));
+    const size_t len[3] = {cnt, cnt, p.n};
+    cl_mem out[3] = {by, bdx, bdw};
+    const ng_dtype dt[3] = {NG_BF16, NG_BF16, NG_F32};
+    for (int k = 0; k < 3; k++) {
+      got[pf][k] = malloc(len[k] * sizeof(float));
+      ng_test_download(out[k], dt[k], off, len[k], got[pf][k]);
+    }
+    if (pf)
+      for (int k = 0; k < 3; k++)
+        if (memcmp(got[0][k], got[1][k], len[k] * sizeof(float)) != 0)
+          fail_msg("%s differs with the prefetch off", k == 0 ? "y" : k == 1 ? "dx" : "dweight");
+  }
+  for (int pf = 0; pf < 2; pf++)
+    for (int k = 0; k < 3; k++) free(got[pf][k]);
+  rms_case c = {p.rows, p.n, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, off, 0.0f, 1e-6f, 12};
+  run_case(&c); /* still under the override */
+  ng_test_reset_overrides(e->ctx);
+  cl_mem all[] = {bx, bdy, bw, by, br, bdx, bdw};
+  for (size_t i = 0; i < NG_ARRAY_LEN(all); i++) clReleaseMemObject(all[i]);
+  free(x), free(dy), free(w);
+}
+
 static void test_deterministic(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -412,6 +459,7 @@ int main(void) {
       cmocka_unit_test(test_finite_difference), cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_shapes),          cmocka_unit_test(test_fused_reduce),
       cmocka_unit_test(test_split_rows),
+      cmocka_unit_test(test_prefetch_off),
   };
   return NG_RUN_GROUP_TESTS(tests, NULL, teardown);
 }

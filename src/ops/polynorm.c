@@ -28,7 +28,7 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
   ng_opts_add(o, "DTYPE", x_dtype);
   ng_opts_add(o, "VEC", l->vec);
   ng_opts_add(o, "WG", l->wg);
-  ng_nv_opts(o, l);
+  ng_launch_opts(o, l);
   ng_opts_add(o, "BWD", bwd);
   if (!bwd) return;
   ng_opts_add(o, "COMPUTE_DW", dw);

@@ -22,8 +22,9 @@ const char cli_tune_usage[] =
     "1024,4096,16384) and pass (default all: forward, backward with weight gradients, backward\n"
     "with the weights frozen; polynorm has one launch for all passes and is tuned on its\n"
     "backward), on random data of E/N rows (default E = 2^25 elements, past a 50 MB cache):\n"
-    "  - candidates: work-group size, vector slots per work-item, group count and (NVIDIA)\n"
-    "    next-row prefetch, chosen around the device's properties;\n"
+    "  - candidates: work-group size, vector slots per work-item, group count and prefetch\n"
+    "    (NVIDIA: each group's next row into L2; CPUs: the rows read from memory, 2 KB\n"
+    "    ahead), chosen around the device's properties;\n"
     "  - each candidate's outputs must match the built-in default's (relative 2^-6 for 16-bit\n"
     "    outputs, 1e-4 for f32); one that does not is rejected and reported;\n"
     "  - the rest are timed (median of OpenCL profiling times) and the fastest is stored in\n"
@@ -154,14 +155,17 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
                         mult_cpu[] = {1, 2, 4, 8, 16};
   if (type & CL_DEVICE_TYPE_CPU) {
     for (size_t m = 0; m < sizeof mult_cpu / sizeof mult_cpu[0]; m++)
-      for (unsigned vec = 1; vec <= 8; vec += 7) {
-        candidate *c = &cs[nc++];
-        memset(c, 0, sizeof *c);
-        c->v[NG_TUNE_WORKGROUP] = 1;
-        c->v[NG_TUNE_REG_COLS] = 1;
-        c->v[NG_TUNE_VECTOR] = vec;
-        c->v[NG_TUNE_GROUPS] = cu * mult_cpu[m];
-      }
+      for (unsigned vec = 1; vec <= 8; vec += 7)
+        for (unsigned pf = 0; pf <= 1; pf++) { /* the far prefetch: default (on), off */
+          if (pf && vec == 1) continue; /* only the 16-value chunks prefetch */
+          candidate *c = &cs[nc++];
+          memset(c, 0, sizeof *c);
+          c->v[NG_TUNE_WORKGROUP] = 1;
+          c->v[NG_TUNE_REG_COLS] = 1;
+          c->v[NG_TUNE_VECTOR] = vec;
+          c->v[NG_TUNE_GROUPS] = cu * mult_cpu[m];
+          c->v[NG_TUNE_PREFETCH] = pf;
+        }
     return nc;
   }
   const bool nv = strstr(vendor, "NVIDIA") != NULL;
