@@ -928,7 +928,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
                       NG_COOP_RED_ARGS) {
 #if WG > 1 && LN_BWD_COOP
   __local float2 red[WG];
-  __local float4 total;
+  __local float4 total[2]; /* in turn, as ng_rmsnorm_fwd_coop */
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   dy += dy_off;
@@ -966,27 +966,36 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #else
 #define LN_G(d, q, i) GRAD(d, i)
 #endif
+  /* Under NG_COOP_AHEAD (ln_coop_plan, src/ops/layernorm.c) each group publishes its shares of
+   * the set's next row before it collects this row's, so the wait for the slowest of up to 16
+   * groups overlaps that row's loads (as ng_rmsnorm_fwd_coop): dys, xs, mu and rs are this
+   * row's, dyn, xn, mun and rsn the next's. */
+  NG_RAWV(DTYPE) dys[REG], xs[REG], dyn[REG], xn[REG];
+  float mu = 0.0f, rs = 0.0f, mun = 0.0f, rsn = 0.0f;
+#define LN_COOP_NEXT(dyv, xv, muv, rsv, r_, it_)                                                   \
+  do {                                                                                             \
+    muv = mean[r_], rsv = rstd[r_];                                                                \
+    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, c0, nv);                    \
+    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, c0, nv);                                          \
+    accT a1 = 0.0f, a2 = 0.0f;                                                                     \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) {                                              \
+      const uint i = c0 + (uint)q * WG;                                                            \
+      if (i < nv) {                                                                                \
+        const floatV g = LN_G(NG_WIDENV(DTYPE, (dyv)[q]), q, i);                                   \
+        a1 = ACC_FMA((NG_WIDENV(DTYPE, (xv)[q]) - (muv)) * (rsv), g, a1);                          \
+        a2 = ACC_ADD(a2, g);                                                                       \
+      }                                                                                            \
+    }                                                                                              \
+    const float2 mine = ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);                       \
+    ng_coop_publish((float4)(mine, 0.0f, 0.0f), 2, it_, k, s, S, sync, sets);                      \
+  } while (0)
+  if (NG_COOP_AHEAD && k < rows) LN_COOP_NEXT(dys, xs, mu, rs, k, 0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
-    __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
-    const float mu = mean[r], rs = rstd[r];
-    NG_RAWV(DTYPE) dys[REG], xs[REG];
-    NG_SLICE_LOAD2(dys, xs, dyr, xr, c0, nv);
-    NG_SLICE_PREFETCH2(dy, x, r, sets, rows, n, c0, nv);
-    accT a1 = 0.0f, a2 = 0.0f;
-#pragma unroll
-    for (int q = 0; q < REG; q++) {
-      const uint i = c0 + (uint)q * WG;
-      if (i < nv) {
-        const floatV g = LN_G(NG_WIDENV(DTYPE, dys[q]), q, i);
-        a1 = ACC_FMA((NG_WIDENV(DTYPE, xs[q]) - mu) * rs, g, a1);
-        a2 = ACC_ADD(a2, g);
-      }
-    }
-    const float2 mine = ng_wg_sum2((float2)(ACC_SUM(a1), ACC_SUM(a2)), red);
-    const float2 sums =
-        ng_coop_sum((float4)(mine, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).xy;
+    if (!NG_COOP_AHEAD) LN_COOP_NEXT(dys, xs, mu, rs, r, it);
+    else if (r + sets < rows) LN_COOP_NEXT(dyn, xn, mun, rsn, r + sets, it + 1);
+    const float2 sums = ng_coop_collect(2, 0, 0, it, k, S, sync, sets, &total[it & 1]).xy;
     const float c1 = ng_div(sums.x, (float)n), c2 = ng_div(sums.y, (float)n);
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
@@ -1002,7 +1011,13 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #endif
       }
     }
+    if (NG_COOP_AHEAD && r + sets < rows) {
+#pragma unroll
+      for (int q = 0; q < REG; q++) dys[q] = dyn[q], xs[q] = xn[q];
+      mu = mun, rs = rsn;
+    }
   }
+#undef LN_COOP_NEXT
 #if NEED_PART
   __global float *prow = part + part_off + (ulong)k * n;
   NG_UNROLL_STORES

@@ -224,24 +224,35 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
                      float eps, __global volatile uint *sync, ulong sync_off, uint S) {
 #if WG > 1
   __local float4 red4[WG];
-  __local float4 total;
+  /* the collected sums, two buffers in turn: the last row is collected without a work-group sum
+   * (and its barriers) between it and the row before */
+  __local float4 total[2];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   PN_FWD_SETUP();
   NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
+  /* Under NG_COOP_AHEAD (bf16 and f32 rows) each group publishes its shares of the set's next
+   * row before it collects this row's, as ng_rmsnorm_fwd_coop: xs holds this row's slice, xn
+   * the next row's. */
+  NG_RAWV(DTYPE) xs[REG], xn[REG];
+#define PN_COOP_NEXT(xv, r_, it_)                                                                  \
+  do {                                                                                             \
+    NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, nv);                                               \
+    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);                          \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv)                    \
+        PN_SUMS1(NG_WIDENV(DTYPE, (xv)[q]));                                                       \
+    const float4 mine =                                                                            \
+        ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);                   \
+    ng_coop_publish(mine, 3, it_, k, sl, S, sync, sets);                                           \
+  } while (0)
+  if (NG_COOP_AHEAD && k < rows) PN_COOP_NEXT(xs, k, 0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
-    __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
-    NG_RAWV(DTYPE) xs[REG];
-    NG_SLICE_LOAD1(xs, xr, c0, nv);
-    NG_SLICE_PREFETCH1(x, r, sets, rows, n, c0, nv);
-    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
-#pragma unroll
-    for (int q = 0; q < REG; q++)
-      if (c0 + (uint)q * WG < nv) PN_SUMS1(NG_WIDENV(DTYPE, xs[q]));
-    const float4 mine = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
-    const float4 s_ = ng_coop_sum(mine, 3, it, k, sl, S, sync, sets, &total);
+    if (!NG_COOP_AHEAD) PN_COOP_NEXT(xs, r, it);
+    else if (r + sets < rows) PN_COOP_NEXT(xn, r + sets, it + 1);
+    const float4 s_ = ng_coop_collect(3, 0, 0, it, k, S, sync, sets, &total[it & 1]);
     const float r1 = rsqrt(s_.x / (float)n + eps), r2 = rsqrt(s_.y / (float)n + eps);
     const float r3 = rsqrt(s_.z / (float)n + eps);
     if (sl == 0 && lid == 0) {
@@ -256,7 +267,12 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
       const floatV v = NG_WIDENV(DTYPE, xs[q]);
       if (i < nv) STX(yr, i, PN_Y(v));
     }
+    if (NG_COOP_AHEAD && r + sets < rows) {
+#pragma unroll
+      for (int q = 0; q < REG; q++) xs[q] = xn[q];
+    }
   }
+#undef PN_COOP_NEXT
   (void)ng_coop_leave(sync, sets, &tk);
 #else
   /* the CPU shape never takes this kernel */
@@ -635,7 +651,7 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
                      ulong sync_off, uint S) {
 #if WG >= 4
   __local float4 red4[WG];
-  __local float4 total;
+  __local float4 total[2]; /* in turn, as ng_rmsnorm_fwd_coop */
   PN_BWD_SETUP();
   /* v0: the work-item's first vector of the row (c0 is a coefficient of PN_BWD_COEFFS) */
   NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, v0);
@@ -645,32 +661,41 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
 #if COMPUTE_DB
   float dbs = 0.0f;
 #endif
+#if COMPUTE_DB
+#define PN_COOP_W 4 /* the shares: Σ dy·x, Σ dy·x², Σ dy·x³ (and Σ dy) */
+#else
+#define PN_COOP_W 3
+#endif
+  /* Under NG_COOP_AHEAD (f32 rows without dW, src/ops/polynorm.c) each group publishes its
+   * shares of the set's next row before it collects this row's, as ng_rmsnorm_fwd_coop: dys, xs
+   * and pr3..pr1 are this row's, dyn, xn and pn3..pn1 the next's. The row's three rstd values are loaded before the exchange, whose wait
+   * then covers their latency (H100 at 65536 with the counted exchange: 108.4 -> 93.7 us; with
+   * the slots ~1 us). */
+  NG_RAWV(DTYPE) dys[REG], xs[REG], dyn[REG], xn[REG];
+  float pr3 = 0.0f, pr2 = 0.0f, pr1 = 0.0f, pn3 = 0.0f, pn2 = 0.0f, pn1 = 0.0f;
+#define PN_BWD_NEXT(dyv, xv, p3, p2, p1, r_, it_)                                                  \
+  do {                                                                                             \
+    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, v0, nv);                    \
+    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, v0, nv);                                          \
+    p3 = rstd[(ulong)(r_) * 3], p2 = rstd[(ulong)(r_) * 3 + 1], p1 = rstd[(ulong)(r_) * 3 + 2];    \
+    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);                          \
+    floatV ad = (floatV)(0.0f);                                                                    \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (v0 + (uint)q * WG < nv)                    \
+        PN_BSUMS1(NG_WIDENV(DTYPE, (dyv)[q]), NG_WIDENV(DTYPE, (xv)[q]));                          \
+    (void)ad;                                                                                      \
+    const float4 mine = ng_wg_sum4(                                                                \
+        (float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), COMPUTE_DB ? ng_hsum(ad) : 0.0f), red4);   \
+    ng_coop_publish(mine, PN_COOP_W, it_, k, s, S, sync, sets);                                    \
+  } while (0)
+  if (NG_COOP_AHEAD && k < rows) PN_BWD_NEXT(dys, xs, pr3, pr2, pr1, k, 0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
-    __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
-    NG_RAWV(DTYPE) dys[REG], xs[REG];
-    NG_SLICE_LOAD2(dys, xs, dyr, xr, v0, nv);
-    NG_SLICE_PREFETCH2(dy, x, r, sets, rows, n, v0, nv);
-    /* loaded before the exchange, whose wait then covers their latency (H100 at 65536 with
-     * the counted exchange: 108.4 -> 93.7 us; with the slots ~1 us) */
-    const float pr3 = rstd[(ulong)r * 3], pr2 = rstd[(ulong)r * 3 + 1];
-    const float pr1 = rstd[(ulong)r * 3 + 2];
-    floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);
+    if (!NG_COOP_AHEAD) PN_BWD_NEXT(dys, xs, pr3, pr2, pr1, r, it);
+    else if (r + sets < rows) PN_BWD_NEXT(dyn, xn, pn3, pn2, pn1, r + sets, it + 1);
+    const float4 sums = ng_coop_collect(PN_COOP_W, 0, 0, it, k, S, sync, sets, &total[it & 1]);
 #if COMPUTE_DB
-    floatV ad = (floatV)(0.0f);
-#endif
-#pragma unroll
-    for (int q = 0; q < REG; q++)
-      if (v0 + (uint)q * WG < nv) PN_BSUMS1(NG_WIDENV(DTYPE, dys[q]), NG_WIDENV(DTYPE, xs[q]));
-#if COMPUTE_DB
-    const float4 mine =
-        ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), ng_hsum(ad)), red4);
-    const float4 sums = ng_coop_sum(mine, 4, it, k, s, S, sync, sets, &total);
     dbs += sums.w;
-#else
-    const float4 mine = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);
-    const float4 sums = ng_coop_sum(mine, 3, it, k, s, S, sync, sets, &total);
 #endif
     const float s1 = sums.x, s2 = sums.y, s3 = sums.z;
     PN_BWD_COEFFS_OF(pr3, pr2, pr1);
@@ -679,7 +704,14 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
       const uint i = v0 + (uint)q * WG;
       if (i < nv) STX(dxr, i, PN_DX(NG_WIDENV(DTYPE, dys[q]), NG_WIDENV(DTYPE, xs[q])));
     }
+    if (NG_COOP_AHEAD && r + sets < rows) {
+#pragma unroll
+      for (int q = 0; q < REG; q++) dys[q] = dyn[q], xs[q] = xn[q];
+      pr3 = pn3, pr2 = pn2, pr1 = pn1;
+    }
   }
+#undef PN_BWD_NEXT
+#undef PN_COOP_W
 #if COMPUTE_DW || COMPUTE_DB
   part += part_off;
   if (s == 0 && lid == 0) {

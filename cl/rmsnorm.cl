@@ -320,7 +320,9 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
                     ulong sync_off, uint S) {
 #if WG > 1
   __local float red[WG];
-  __local float4 total;
+  /* the collected sums, two buffers in turn: the last row is collected without a work-group sum
+   * (and its barriers) between it and the row before */
+  __local float4 total[2];
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   x += x_off;
@@ -337,24 +339,32 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
     const uint i = c0 + (uint)q * WG;
     wc[q] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
   }
+  /* Under NG_COOP_AHEAD (bf16 and f32 rows, src/ops/rmsnorm.c) each group publishes its share of
+   * the set's next row before it collects this row's, so the wait for the set's slowest group
+   * overlaps that row's loads: xs holds this row's slice, xn the next row's. Without it each row
+   * is loaded, published and collected in turn (f16 rows: the second slice took 58.6 -> 93 us at
+   * 65536 on the H100). */
+  RAWX xs[REG], xn[REG];
+#define RMS_COOP_NEXT(xv, r_, it_)                                                                 \
+  do {                                                                                             \
+    NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, nv);                                               \
+    /* the set's row after it, asked of L2 meanwhile (without it: 57.5 -> 73.3 us at 32768) */     \
+    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+    floatV acc = (floatV)(0.0f);                                                                   \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) {                                              \
+      const floatV v = WIDX((xv)[q]);                                                              \
+      acc = fma(v, v, acc);                                                                        \
+    }                                                                                              \
+    const float mine = ng_wg_sum(ng_hsum(acc), red);                                               \
+    ng_coop_publish((float4)(mine, 0.0f, 0.0f, 0.0f), 1, it_, k, sl, S, sync, sets);             \
+  } while (0)
+  if (NG_COOP_AHEAD && k < rows) RMS_COOP_NEXT(xs, k, 0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
-    __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
-    RAWX xs[REG];
-    NG_SLICE_LOAD1(xs, xr, c0, nv);
-    /* the set's next row, asked of L2 while this row's exchange runs (without it: 57.5 -> 73.3
-     * us at 32768) */
-    NG_SLICE_PREFETCH1(x, r, sets, rows, n, c0, nv);
-    floatV acc = (floatV)(0.0f);
-#pragma unroll
-    for (int q = 0; q < REG; q++) {
-      const floatV v = WIDX(xs[q]);
-      acc = fma(v, v, acc);
-    }
-    const float mine = ng_wg_sum(ng_hsum(acc), red);
-    const float ss =
-        ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 1, it, k, sl, S, sync, sets, &total).x;
+    if (!NG_COOP_AHEAD) RMS_COOP_NEXT(xs, r, it);
+    else if (r + sets < rows) RMS_COOP_NEXT(xn, r + sets, it + 1);
+    const float ss = ng_coop_collect(1, 0, 0, it, k, S, sync, sets, &total[it & 1]).x;
     float rs = rsqrt(ss / (float)n + eps);
     if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
     if (sl == 0 && lid == 0) rstd[r] = rs;
@@ -363,7 +373,12 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
       const uint i = c0 + (uint)q * WG;
       if (i < nv) STX(yr, i, rms_out(WIDX(xs[q]), rs, wc[q], mode));
     }
+    if (NG_COOP_AHEAD && r + sets < rows) {
+#pragma unroll
+      for (int q = 0; q < REG; q++) xs[q] = xn[q];
+    }
   }
+#undef RMS_COOP_NEXT
   (void)ng_coop_leave(sync, sets, &tk);
 #else
   /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */
@@ -734,7 +749,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 ) {
 #if WG > 1 && RMS_BWD_COOP
   __local float red[WG];
-  __local float4 total;
+  __local float4 total[2]; /* in turn, as ng_rmsnorm_fwd_coop */
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   dy += dy_off;
@@ -759,48 +774,42 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     RMS_DWR(q) = (floatV)(0.0f);
 #endif
   }
+  /* Under NG_COOP_AHEAD (RMSNorm's f32 rows, src/ops/rmsnorm.c) each group publishes its share
+   * of the set's next row before it collects this row's, as ng_rmsnorm_fwd_coop: dys and xs hold
+   * this row's slices, dyn and xn the next's. Not with ds_out, whose slice RMS_BWD_NEXT loads
+   * beside the row's (the host never asks for both). */
+#if NG_COOP_AHEAD && HAS_DS
+#error "NG_COOP_AHEAD with HAS_DS"
+#endif
+  RAWX dys[REG], xs[REG], dyn[REG], xn[REG];
+#if HAS_DS
+  RAWX dss[REG];
+#define RMS_BWD_DS(r_)                                                                             \
+  do {                                                                                             \
+    NG_SLICE_LOAD1(dss, ds + (ulong)(r_) * n, c0, nv);                                             \
+    NG_SLICE_PREFETCH1(ds, r_, sets, rows, n, c0, nv);                                             \
+  } while (0)
+#else
+#define RMS_BWD_DS(r_) ((void)0)
+#endif
+#define RMS_BWD_NEXT(dyv, xv, r_, it_)                                                             \
+  do {                                                                                             \
+    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, c0, nv);                    \
+    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, c0, nv);                                          \
+    RMS_BWD_DS(r_);                                                                                \
+    floatV acc = (floatV)(0.0f);                                                                   \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) acc =                                          \
+        fma(WIDX((dyv)[q]) * wc[q], WIDX((xv)[q]), acc);                                           \
+    const float mine = ng_wg_sum(ng_hsum(acc), red);                                               \
+    ng_coop_publish((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it_, k, s, S, sync, sets);               \
+  } while (0)
+  if (NG_COOP_AHEAD && k < rows) RMS_BWD_NEXT(dys, xs, k, 0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
-    __global const XT *dyr = dy + (ulong)r * n, *xr = x + (ulong)r * n;
     __global XT *dxr = dx + (ulong)r * n;
-#if HAS_DS
-    __global const XT *dsr = ds + (ulong)r * n;
-#endif
-    RAWX dys[REG], xs[REG];
-#if HAS_DS
-    RAWX dss[REG];
-#endif
-#pragma unroll
-    for (int q = 0; q < REG; q++) {
-      const uint i = c0 + (uint)q * WG;
-      dys[q] = i < nv ? NG_LDRV(DTYPE, dyr, i) : (RAWX)(0);
-      xs[q] = i < nv ? NG_LDRV(DTYPE, xr, i) : (RAWX)(0);
-#if HAS_DS
-      dss[q] = i < nv ? NG_LDRV(DTYPE, dsr, i) : (RAWX)(0);
-#endif
-    }
-#if PREFETCH
-    if (r + sets < rows) {
-      const ulong nx = (ulong)(r + sets) * n;
-#pragma unroll
-      for (int q = 0; q < REG; q++) {
-        const uint i = c0 + (uint)q * WG;
-        if (i < nv) {
-          NG_PREFETCH(dy + nx + (ulong)i * VEC);
-          NG_PREFETCH(x + nx + (ulong)i * VEC);
-#if HAS_DS
-          NG_PREFETCH(ds + nx + (ulong)i * VEC);
-#endif
-        }
-      }
-    }
-#endif
-    floatV acc = (floatV)(0.0f);
-#pragma unroll
-    for (int q = 0; q < REG; q++) acc = fma(WIDX(dys[q]) * wc[q], WIDX(xs[q]), acc);
-    const float mine = ng_wg_sum(ng_hsum(acc), red);
-    const float dot =
-        ng_coop_sum((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it, k, s, S, sync, sets, &total).x;
+    if (!NG_COOP_AHEAD) RMS_BWD_NEXT(dys, xs, r, it);
+    else if (r + sets < rows) RMS_BWD_NEXT(dyn, xn, r + sets, it + 1);
+    const float dot = ng_coop_collect(2, 0, 0, it, k, S, sync, sets, &total[it & 1]).x;
     const float rs = rstd[r];
     const float c = (rs * rs * rs) * ng_div(dot, (float)n);
     NG_UNROLL_STORES
@@ -818,7 +827,13 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #endif
       }
     }
+    if (NG_COOP_AHEAD && r + sets < rows) {
+#pragma unroll
+      for (int q = 0; q < REG; q++) dys[q] = dyn[q], xs[q] = xn[q];
+    }
   }
+#undef RMS_BWD_NEXT
+#undef RMS_BWD_DS
 #if COMPUTE_DW
   __global float *prow = part + part_off + (ulong)k * n;
   NG_UNROLL_STORES

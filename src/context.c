@@ -588,7 +588,13 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   c->l = cl;
   c->slices = (unsigned)slices;
   c->sets = (unsigned)sets;
+  c->ahead = (x_dtype == NG_BF16 && (xflags & NG_COOP_AHEAD_BF16)) ||
+             (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32));
   return true;
+}
+
+void ng_coop_opts(ng_opts *o, const ng_coop *c) {
+  if (c->ahead) ng_opts_add(o, "NG_COOP_AHEAD", 1);
 }
 
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
@@ -601,9 +607,10 @@ ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch
 
 ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync) {
   *sync = NULL;
-  /* tickets, done count, a counter per set, from an even index two banks of shares (up to four
-   * 64-bit slots) per group: NG_COOP_AREA in cl/ng_common.clh */
-  return ng_sync_area(ctx, q, 2 + c->sets + 1 + 16 * (size_t)c->l.groups, sync);
+  /* tickets, done count, a counter per set and bank, from an even index the banks of shares
+   * (up to four 64-bit slots a group each): NG_COOP_AREA in cl/ng_common.clh */
+  const size_t banks = c->ahead ? 4 : 2;
+  return ng_sync_area(ctx, q, 2 + banks * c->sets + 1 + banks * 8 * (size_t)c->l.groups, sync);
 }
 
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes) {

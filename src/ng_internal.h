@@ -272,12 +272,19 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_
 typedef struct ng_coop {
   ng_row_launch l;
   unsigned slices, sets;
+  bool ahead; /* each group publishes the next row's shares before it collects this row's */
 } ng_coop;
 /* The rows besides bf16 that an op's split kernel takes (ng_coop_plan's xflags), where each was
  * measured faster split (docs/tuning.md): */
 #define NG_COOP_F32 1u      /* f32, half bf16's vectors a work-item (the same register bytes) */
 #define NG_COOP_F32_FULL 2u /* f32, bf16's vectors a work-item (a forward holding x alone) */
 #define NG_COOP_F16 4u      /* f16, bf16's vectors a work-item */
+/* and the rows whose kernel publishes a row's shares ahead (ng_coop.ahead, NG_COOP_AHEAD in
+ * cl/ng_common.clh), where that measured faster: it holds a second row's slice */
+#define NG_COOP_AHEAD_BF16 8u
+#define NG_COOP_AHEAD_F32 16u
+/* The split kernel's build options of plan c (NG_COOP_AHEAD) */
+void ng_coop_opts(ng_opts *o, const ng_coop *c);
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its
  * plan: bf16 vector rows (and those xflags adds) longer than l holds (or than `hold` vectors,
  * where an op measured the split faster from there; 0: what l holds), on NVIDIA by default

@@ -74,10 +74,26 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
  * hidden (a measurement build without them: 81.4-83.2 us, and with 16 reducers instead of 64
  * 98.2-98.4); not understood. NG_TUNE_FUSED_REDUCE = 2 still takes it (the tests do). */
 #define LN_COOP_FUSED false
+/* The plan of the split backward of a pass that trains dw and db. Its first kind publishes each
+ * row's shares ahead (ng_coop.ahead) for bf16 and f32 rows: it then holds a second row's dy and x,
+ * and bf16 rows with gradient sums take two groups per compute unit for it instead of three
+ * (the same slices, so dx keeps its bits whatever is frozen). H100, rows·N = 2^25, whole
+ * backward, old and new binaries alternating, two runs: bf16 both frozen 65536 89.7-89.8 ->
+ * 81.5-81.9 us (0.77 -> 0.84), 32768 83.7-84.4 -> 80.5-80.6; f32 with dW and dB 65536
+ * 188.4-189.3 -> 166.7-167.2 (0.73 -> 0.82), dB alone 185.1-186.9 -> 160.0-161.5, both frozen
+ * 179.4-180.2 -> 155.3-155.4 (0.76 -> 0.88); bf16 with dW and dB 65536 104.4-105.8 ->
+ * 97.8-98.1 (0.65 -> 0.70), 32768 about 100 -> 94.8-94.9, dB alone 65536 96.7-96.8 ->
+ * 93.2-94.4, 32768 91.2-91.8 -> 89.4-90.5. Ahead with three groups per compute unit, bf16 with
+ * gradient sums lost (65536 105.7 -> 126.7-129.2, dB alone 96.7 -> 117.2-118.4), as did two
+ * groups without it (117.4-117.5); f16 rows measured even both frozen and keep the plain kind. */
 static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
-                         size_t n, ng_coop *c) {
-  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, LN_COOP_X, 2, 2, 3, c) ||
-         ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
+                         size_t n, bool dw, bool db, ng_coop *c) {
+  const unsigned per_cu = xd == NG_BF16 && (dw || db) ? 2 : 3;
+  if (ng_coop_plan_shape(ctx, l, xd, rows, n, 0, LN_COOP_X, 2, 2, per_cu, c)) {
+    c->ahead = xd == NG_BF16 || xd == NG_F32;
+    return true;
+  }
+  return ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
 }
 
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
@@ -98,6 +114,7 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   if (fused) ng_opts_add(o, "FUSED_RED", 1);
   if (fused) ng_opts_add(o, "NG_RED_F", red_f);
   if (cp) ng_opts_add(o, "LN_BWD_COOP", 1); /* only split programs hold that kernel */
+  if (cp) ng_coop_opts(o, cp);
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
   const size_t slots = (size_t)l->wg * l->reg_cols * (dw && db ? 2 : 1);
@@ -190,15 +207,15 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   if (sections == 0) return NG_SUCCESS;
   s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, LN_COOP_X,
                               bytes);
-  /* the split rows' own slices (ln_coop_plan): vector rows, bf16 (f16 rows take its plan) or
-   * f32, whose launch may hold fewer vectors */
-  const ng_dtype xds[] = {NG_BF16, NG_F32};
+  /* the split rows' own slices (ln_coop_plan): vector rows, bf16, f16 (bf16's slices, with
+   * more groups than bf16's with gradients) or f32, whose launch may hold fewer vectors */
+  const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
     const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
                                                    ng_bwd_mode(true, xds[i]));
     ng_coop c;
     size_t b = 0;
-    if (ln_coop_plan(ctx, &l, xds[i], p->rows, p->n, &c))
+    if (ln_coop_plan(ctx, &l, xds[i], p->rows, p->n, compute_dweight, compute_dbias, &c))
       s = ng_coop_partials(&c, p->n, sections, &b);
     if (b > *bytes) *bytes = b;
   }
@@ -250,7 +267,8 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
    * queue gets a counter area; else the column split (with partials) or rows streamed twice */
   ng_coop cp;
   cl_mem sync = NULL;
-  if (ln_coop_plan(ctx, &l, x.dtype, p->rows, p->n, &cp)) s = ng_coop_sync(ctx, queue, &cp, &sync);
+  if (ln_coop_plan(ctx, &l, x.dtype, p->rows, p->n, compute_dw, compute_db, &cp))
+    s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   size_t nblocks = 0, rgroups = 0;
@@ -357,9 +375,6 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(true, xd));
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
-        ng_coop cz, cpp; /* rows split across groups: instead of lz / lp */
-        const bool coop = ln_coop_plan(ctx, &lz, xd, (size_t)1 << 20, n, &cz) &&
-                          ln_coop_plan(ctx, &lp, xd, (size_t)1 << 20, n, &cpp);
         ng_coop cf; /* the forward's, instead of lf */
         const bool fcoop = ln_fwd_coop_plan(ctx, &lf, xd, (size_t)1 << 20, n, &cf);
         for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)
@@ -374,7 +389,9 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
               if ((dw && wi < 0) || (db && bi < 0)) continue;
               const bool part = dw || db;
               const ng_row_launch *l = part ? &lp : &lz;
-              const ng_coop *c = coop ? (part ? &cpp : &cz) : NULL;
+              ng_coop cp; /* rows split across groups: instead of l */
+              const ng_coop *c =
+                  ln_coop_plan(ctx, l, xd, (size_t)1 << 20, n, dw, db, &cp) ? &cp : NULL;
               const size_t sec = (dw ? 1u : 0u) + (db ? 1u : 0u);
               const bool fused = c ? ng_coop_fused_wanted(ctx, c, n, sec, LN_COOP_FUSED)
                                    : part && !split &&

@@ -40,6 +40,7 @@ static void pass_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, bool
 static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *c, ng_dtype x_dtype) {
   pass_opts(o, c ? &c->l : l, x_dtype, false, false, false);
   if (c) ng_opts_add(o, "REG", c->l.reg_cols);
+  if (c) ng_coop_opts(o, c);
 }
 
 /* The backward program of rows split across groups (ng_polynorm_bwd_coop): its launch's shape,
@@ -48,6 +49,7 @@ static void coop_opts(ng_opts *o, const ng_coop *c, ng_dtype x_dtype, bool dw, b
                       ng_dtype w_dtype) {
   pass_opts(o, &c->l, x_dtype, true, dw, db);
   ng_opts_add(o, "REG", c->l.reg_cols);
+  ng_coop_opts(o, c);
   if (dw || db) ng_opts_add(o, "G_DTYPE", w_dtype);
 }
 
@@ -112,16 +114,27 @@ static size_t chunk_area(const ng_row_launch *l) {
 #define PN_FWD_COOP_HOLD 1024
 /* f32 rows split with bf16's four vectors a work-item beyond what the launch holds (65536 142 ->
  * 131-132 us, 32768 even at 123-124, but 16384 117.5 -> 122-123; with two vectors 32768 lost, 124
- * -> 134); f16 rows stream (65536 even, 61 us). */
-#define PN_FWD_COOP_X NG_COOP_F32_FULL
+ * -> 134); f16 rows stream (65536 even, 61 us). bf16 and f32 rows publish each row's sums ahead
+ * (ng_coop.ahead; H100, old and new binaries alternating, two to four runs: bf16 16384 59.7-60.5
+ * -> 58.8-58.9 us, 32768 60.7-61.8 -> 57.8-58.2 (0.74-0.75 -> 0.79), 65536 63.7-64.3 ->
+ * 58.8-59.4 (0.71-0.72 -> 0.78); f32 65536 132.5-133.5 -> 117.1-117.4 (0.68-0.69 -> 0.78-0.79)). */
+#define PN_FWD_COOP_X (NG_COOP_F32_FULL | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32)
 #define PN_FWD_COOP_F32_FROM 2048
 
-/* The plan of the backward's (bwd) or the forward's rows split across groups, if they split. */
+/* The backward's f32 rows without dW publish each row's shares ahead (ng_coop.ahead; H100, old
+ * and new binaries alternating, two runs: 65536 with dB alone 183.4-184.9 -> 160.5-160.9 us,
+ * 0.74-0.75 -> 0.86). With dW they lost (65536 182.1-182.6 -> 221.5-222.2, 32768 165.3-166.7 ->
+ * 245.4-246.6), as did bf16 rows (65536 87.0 -> 135.1-135.9, with dB alone too; 8192-32768
+ * 84.9-87.0 -> 96.6-98.8). dx keeps its bits: the same slices and additions. */
+#define PN_COOP_AHEAD NG_COOP_AHEAD_F32
+
+/* The plan of the backward's (bwd; of a pass that trains dW or not) or the forward's rows split
+ * across groups, if they split. */
 static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
-                      size_t n, bool bwd, ng_coop *c) {
+                      size_t n, bool bwd, bool dw, ng_coop *c) {
   if (xd == NG_F32 && n / l->vec <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
-  return bwd ? ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X, c)
-             : ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
+  if (!bwd) return ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
+  return ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X | (dw ? 0 : PN_COOP_AHEAD), c);
 }
 
 /* The forward's launch mode (NG_ROWS_PAIRS). */
@@ -173,7 +186,7 @@ ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_
   /* long rows split across groups, when this queue gets a counter area */
   ng_coop cp;
   cl_mem sync = NULL;
-  if (coop_plan(ctx, &l, x.dtype, p->rows, p->n, false, &cp))
+  if (coop_plan(ctx, &l, x.dtype, p->rows, p->n, false, false, &cp))
     s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   ng_opts o;
@@ -217,7 +230,7 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   ng_coop c; /* rows may be split across groups instead: bf16's plan has the most sets (f16 rows
               * take it, f32 rows more slices of the same launch) */
   size_t b = 0;
-  if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, &c))
+  if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, true, &c))
     s = coop_scratch(&c, compute_dweight != 0, compute_dbias != 0, &b);
   if (b > *bytes) *bytes = b;
   return s;
@@ -289,7 +302,7 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
    * queue gets a counter area */
   ng_coop cp;
   cl_mem sync = NULL;
-  if (coop_plan(ctx, &l, x.dtype, p->rows, p->n, true, &cp))
+  if (coop_plan(ctx, &l, x.dtype, p->rows, p->n, true, compute_dw, &cp))
     s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   if (sync) {
@@ -363,13 +376,14 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
           lb.reg_cols = PN_HELD;
           ng_opts o;
           ng_coop cf; /* the forward's rows split across groups */
-          if (v == 0)
-            fwd_opts(&o, &lf,
-                     coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, false, &cf) ? &cf : NULL,
-                     fl[xi]);
+          if (v == 0) {
+            const bool fc = coop_plan(ctx, &lf, fl[xi], (size_t)1 << 20, n, false, false, &cf);
+            fwd_opts(&o, &lf, fc ? &cf : NULL, fl[xi]);
+          }
           else pass_opts(&o, &lb, fl[xi], true, (v - 1) & 1, (v - 1) >> 1);
           ng_coop cp; /* rows split across groups: instead of lb, never with FUSED_RED */
-          if (v > 0 && coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, true, &cp)) {
+          const bool dw = v > 0 && ((v - 1) & 1);
+          if (v > 0 && coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, true, dw, &cp)) {
             for (size_t wi = 0; wi < (v > 1 ? NG_ARRAY_LEN(fl) : 1) && s == NG_SUCCESS; wi++) {
               coop_opts(&o, &cp, fl[xi], (v - 1) & 1, (v - 1) >> 1, fl[wi]);
               s = fn(ctx, "polynorm", &o, user);

@@ -25,11 +25,12 @@ static ng_status check_weight(ng_context *ctx, ng_tensor w, size_t n) {
 
 /* Build options of the forward and backward programs; the launch path and
  * ng_rmsnorm_for_each_variant both use these, so prebuild builds exactly what calls use. */
-static void fwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype xd, bool has_w, ng_dtype wd,
-                     bool fused) {
+static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_dtype xd,
+                     bool has_w, ng_dtype wd, bool fused) {
   ng_opts_init(o);
-  ng_row_opts_dt(o, l, xd, has_w, wd);
+  ng_row_opts_dt(o, cp ? &cp->l : l, xd, has_w, wd);
   if (fused) ng_opts_add(o, "FUSED_ADD", 1);
+  if (cp) ng_coop_opts(o, cp);
 }
 
 /* cp: the plan of rows split across groups (ng_rmsnorm_bwd_coop), or NULL for launch l; only
@@ -43,6 +44,7 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, has_w, wd);
   if (cp) ng_opts_add(o, "RMS_BWD_COOP", 1);
+  if (cp) ng_coop_opts(o, cp);
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
@@ -86,8 +88,13 @@ static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
 }
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
- * even at 121; with two vectors 32768 lost, 122 -> 132; f16 65536 60.3-60.6 -> 58.0-58.6). */
-#define FWD_COOP_X (NG_COOP_F32_FULL | NG_COOP_F16)
+ * even at 121; with two vectors 32768 lost, 122 -> 132; f16 65536 60.3-60.6 -> 58.0-58.6).
+ * bf16 and f32 rows publish each row's sum ahead (ng_coop.ahead; H100, old and new binaries
+ * alternating, four runs: bf16 65536 59.5-60.1 -> 55.5-56.4 us (0.77 -> 0.82), 131072 63.2-64.3
+ * -> 54.9-57.3 (0.72 -> 0.80-0.83), 32768 57.6-57.9 -> 56.6-57.0; f32 65536 124.5-126.6 ->
+ * 115.8-117.2 (0.72-0.74 -> 0.78-0.79)); f16 rows lost with the second slice (58.6-59.1 ->
+ * 92.6-94.0) and do not. */
+#define FWD_COOP_X (NG_COOP_F32_FULL | NG_COOP_F16 | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32)
 
 /* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
 static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
@@ -120,7 +127,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   ng_opts o;
-  fwd_opts(&o, coop ? &cp.l : &l, x.dtype, weight.mem != NULL, weight.dtype, fused);
+  fwd_opts(&o, &l, coop ? &cp : NULL, x.dtype, weight.mem != NULL, weight.dtype, fused);
   cl_program prog;
   s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s != NG_SUCCESS) {
@@ -180,7 +187,14 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * 242 -> 175 us, 65536 242 -> 193, frozen 200 -> 175, 229 -> 193; fused add 283 -> 225, 284 -> 222,
  * frozen 258 -> 225, 272 -> 225); RMSNorm's f16 rows too (65536: 140-142 -> 93, frozen 111 ->
  * 80), not the fused add's (157 -> 197, frozen 137 -> 175). */
-static unsigned coop_x(bool fused) { return fused ? NG_COOP_F32 : NG_COOP_F32 | NG_COOP_F16; }
+/* RMSNorm's f32 rows also publish each row's sum ahead (ng_coop.ahead; H100, old and new
+ * binaries alternating, two runs: with dW 65536 190.3-190.7 -> 159.5-166.2 us (0.72 -> 0.83-0.86),
+ * 32768 173.3-173.9 -> 158.3-161.0 (0.79 -> 0.86-0.87), frozen 65536 195.4-195.8 -> 154.4-157.8
+ * (0.70 -> 0.87-0.89)); bf16 rows lost with the second slices (with dW 65536 96 -> 149 us, frozen
+ * 84.6 -> 121.8, 32768 92.5 -> 117) and f16 ones were not tried. */
+static unsigned coop_x(bool fused) {
+  return fused ? NG_COOP_F32 : NG_COOP_F32 | NG_COOP_F16 | NG_COOP_AHEAD_F32;
+}
 
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
  * f32 rows past 32768, unless the override or the tuned table (kind, when given) sets it. H100,
@@ -464,7 +478,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
                                                        rms_fuse_rule(ds != 0, fl[xi], n)) &&
                                            !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg));
               ng_opts o;
-              if (pass == 0) fwd_opts(&o, coop ? &cp.l : &l, fl[xi], has_w, wd, fused);
+              if (pass == 0) fwd_opts(&o, &l, coop ? &cp : NULL, fl[xi], has_w, wd, fused);
               else bwd_opts(&o, ctx, &l, coop ? &cp : NULL, fl[xi], has_w, wd, pass == 2, ds != 0,
                             fused_red);
               if (s == NG_SUCCESS) s = fn(ctx, "rmsnorm", &o, user);
