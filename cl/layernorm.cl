@@ -398,7 +398,7 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
                       __global volatile uint *sync, ulong sync_off, uint S) {
 #if WG > 1 && LN_FWD_COOP
   __local float red[WG];
-  __local float4 total;
+  __local float4 total[2]; /* in turn, as ng_rmsnorm_fwd_coop */
   const uint lid = get_local_id(0);
 #if HAS_W
   __local floatV wl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
@@ -432,30 +432,37 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
     LN_BL(q) = i < nv ? LN_BV(i) : (floatV)(0.0f);
 #endif
   }
+  /* Under NG_COOP_AHEAD (bf16 and f32 rows, on two groups per compute unit for the second
+   * slice's registers: ln_fwd_coop_plan) each group publishes its pair for the set's next row
+   * before it collects this row's, as ng_rmsnorm_fwd_coop: xs and kx are this row's, xn and kn
+   * the next's. */
+  NG_RAWV(DTYPE) xs[REG], xn[REG];
+  float kx = 0.0f, kn = 0.0f;
+#define LN_FWD_NEXT(xv, kv, r_, it_)                                                               \
+  do {                                                                                             \
+    __global const XT *xr_ = x + (ulong)(r_) * n;                                                  \
+    kv = NG_LD1(DTYPE, xr_, 0);                                                                    \
+    NG_SLICE_LOAD1(xv, xr_, c0, nv);                                                               \
+    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+    floatV acc = (floatV)(0.0f);                                                                   \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv) acc +=             \
+        NG_WIDENV(DTYPE, (xv)[q]) - (kv);                                                          \
+    const float su = ng_wg_sum(ng_hsum(acc), red), ms = su / cnt;                                  \
+    acc = (floatV)(0.0f);                                                                          \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv) {                  \
+      const floatV d = (NG_WIDENV(DTYPE, (xv)[q]) - (kv)) - ms;                                    \
+      acc = fma(d, d, acc);                                                                        \
+    }                                                                                              \
+    const float m2 = ng_wg_sum(ng_hsum(acc), red);                                                 \
+    ng_coop_publish((float4)(su, m2, 0.0f, 0.0f), 2, it_, k, sl, S, sync, sets);                   \
+  } while (0)
+  if (NG_COOP_AHEAD && k < rows) LN_FWD_NEXT(xs, kx, k, 0);
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
-    __global const XT *xr = x + (ulong)r * n;
     __global XT *yr = y + (ulong)r * n;
-    const float kx = NG_LD1(DTYPE, xr, 0);
-    NG_RAWV(DTYPE) xs[REG];
-    NG_SLICE_LOAD1(xs, xr, c0, nv);
-    NG_SLICE_PREFETCH1(x, r, sets, rows, n, c0, nv);
-    floatV acc = (floatV)(0.0f);
-#pragma unroll
-    for (int q = 0; q < REG; q++)
-      if (c0 + (uint)q * WG < nv) acc += NG_WIDENV(DTYPE, xs[q]) - kx;
-    const float su = ng_wg_sum(ng_hsum(acc), red), ms = su / cnt;
-    acc = (floatV)(0.0f);
-#pragma unroll
-    for (int q = 0; q < REG; q++)
-      if (c0 + (uint)q * WG < nv) {
-        const floatV d = (NG_WIDENV(DTYPE, xs[q]) - kx) - ms;
-        acc = fma(d, d, acc);
-      }
-    const float m2 = ng_wg_sum(ng_hsum(acc), red);
-    const float2 st =
-        ng_coop_exchange((float4)(su, m2, 0.0f, 0.0f), 2, cover, n, it, k, sl, S, sync, sets,
-                         &total).xy;
+    if (!NG_COOP_AHEAD) LN_FWD_NEXT(xs, kx, r, it);
+    else if (r + sets < rows) LN_FWD_NEXT(xn, kn, r + sets, it + 1);
+    const float2 st = ng_coop_collect(2, cover, n, it, k, S, sync, sets, &total[it & 1]).xy;
     const float mu = kx + st.x, rs = rsqrt(st.y / (float)n + eps);
     if (sl == 0 && lid == 0) {
       mean[r] = mu;
@@ -466,7 +473,13 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
       const uint i = c0 + (uint)q * WG;
       if (i < nv) STX(yr, i, ln_out_reg(NG_WIDENV(DTYPE, xs[q]), mu, rs, LN_WL(q), LN_BL(q)));
     }
+    if (NG_COOP_AHEAD && r + sets < rows) {
+#pragma unroll
+      for (int q = 0; q < REG; q++) xs[q] = xn[q];
+      kx = kn;
+    }
   }
+#undef LN_FWD_NEXT
   (void)ng_coop_leave(sync, sets, &tk);
 #undef LN_WL
 #undef LN_BL

@@ -37,20 +37,32 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
    * 4096 0.86 -> 0.78 and 8192 0.84 -> 0.73 had they been used there; f32 0.74 -> 0.71) */
   ng_opts_add(o, "WREG", l->wg >= 1024 && l->reg_cols <= 2 && xd != NG_F32);
   if (cp) ng_opts_add(o, "LN_FWD_COOP", 1); /* a split launch (ln_fwd_coop_plan) */
+  if (cp) ng_coop_opts(o, cp);
 }
 
 /* The forward of bf16 rows beyond the launch's registers, split across groups
  * (ng_layernorm_fwd_coop) instead of streamed twice: slices of 256 × 4 vectors, the weight in
- * local memory, three groups per compute unit. H100, bf16, rows·N = 2^25, four runs: 65536
+ * local memory. H100, bf16, rows·N = 2^25, four runs, three groups per compute unit: 65536
  * 68.6-72.1 -> 64.0-65.0 us (0.64-0.67 -> 0.71-0.72), 131072 80.5-80.7 -> 69.0-69.1 (0.57 ->
- * 0.67); two groups per compute unit 67.4-68.2 at 65536. Where the launch holds the row it
- * stays: at 32768 the split took 61.9-62.5 against 63.0-63.5, at 16384 60.1-61.7 against
- * 54.4-54.7. f32 rows split with two vectors a work-item (the bias's registers) beyond the 1024 × 2
+ * 0.67). f32 rows split with two vectors a work-item (the bias's registers) beyond the 1024 × 2
  * groups that hold 16384 (f32, two runs: 32768 125.5-126.0 -> 114.7-115.1 us, 65536 148.1-148.3
- * -> 126.1); f16 rows stream (65536 66.4-67.1 -> 83.0-83.4 split). */
+ * -> 126.1); f16 rows stream (65536 66.4-67.1 -> 83.0-83.4 split).
+ * Since 2026-11-27 each group publishes its pair of the next row before it collects this row's
+ * (ng_coop.ahead), on two groups per compute unit (the second slice's registers), and bf16 rows
+ * split from 2049 vectors (N > 16384) rather than past the 1024 × 4 groups' 32768. H100, old
+ * and new kernels alternating, two runs: bf16 65536 64.1-64.2 -> 60.0-61.3 us (0.72 -> 0.76),
+ * 131072 67.7-68.0 -> 65.5-67.1 (0.68 -> 0.70-0.73), 32768 (held) 61.4-61.6 -> 58.9-59.0 (0.75
+ * -> 0.77); f32 65536 127.0-127.3 -> 114.1-115.0 (0.72 -> 0.80). Ahead on three groups per
+ * compute unit lost (65536 74.0-74.5 us, f32 143.1-144.7), on four too (65.2-66.6, 155), and at
+ * 32768 the split without it (62.3-62.7) did not beat the held row; at 16384 the split lost
+ * before (60.1-61.7 against 54.4-54.7). */
+#define LN_FWD_COOP_HOLD 2048
 static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd,
                              size_t rows, size_t n, ng_coop *c) {
-  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0, NG_COOP_F32, 4, 1, 3, c);
+  const size_t hold = xd == NG_BF16 ? LN_FWD_COOP_HOLD : 0;
+  if (!ng_coop_plan_shape(ctx, l, xd, rows, n, hold, NG_COOP_F32, 4, 1, 2, c)) return false;
+  c->ahead = true; /* bf16 and f32 rows: the only ones NG_COOP_F32 lets split */
+  return true;
 }
 
 /* The backward's rows split across groups (ng_layernorm_bwd_coop): slices of 256 × 2 vectors,
