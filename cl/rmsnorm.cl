@@ -737,6 +737,9 @@ RMS_COLS(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #ifndef RMS_BWD_COOP
 #define RMS_BWD_COOP 0
 #endif
+#ifndef RMS_WLOCAL
+#define RMS_WLOCAL 0
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
          __global const WT *w, ulong w_off, __global const float *rstd, ulong rstd_off,
@@ -761,7 +764,15 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   ds += ds_off;
 #endif
   NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, c0);
+#if RMS_WLOCAL
+  /* w' in local memory (the frozen pass of src/ops/rmsnorm.c's rms_bwd_plan), which frees the
+   * registers for a third group per compute unit; each work-item's own slots, no barrier */
+  __local floatV wl[WG * REG];
+#define RMS_WC(q) wl[(q) * WG + lid]
+#else
   floatV wc[REG];
+#define RMS_WC(q) wc[q]
+#endif
 #if COMPUTE_DW
   __local floatV dwl[WG * REG]; /* each work-item's own slots (q·WG + lid): no barrier needed */
 #define RMS_DWR(q) dwl[(q) * WG + lid]
@@ -769,14 +780,14 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #pragma unroll
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
-    wc[q] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+    RMS_WC(q) = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
 #if COMPUTE_DW
     RMS_DWR(q) = (floatV)(0.0f);
 #endif
   }
-  /* Under NG_COOP_AHEAD (RMSNorm's f32 rows, src/ops/rmsnorm.c) each group publishes its share
-   * of the set's next row before it collects this row's, as ng_rmsnorm_fwd_coop: dys and xs hold
-   * this row's slices, dyn and xn the next's. Not with ds_out, whose slice RMS_BWD_NEXT loads
+  /* Under NG_COOP_AHEAD (RMSNorm's bf16 and f32 rows, src/ops/rmsnorm.c) each group publishes
+   * its share of the set's next row before it collects this row's, as ng_rmsnorm_fwd_coop: dys and
+   * xs hold this row's slices, dyn and xn the next's. Not with ds_out, whose slice RMS_BWD_NEXT loads
    * beside the row's (the host never asks for both). */
 #if NG_COOP_AHEAD && HAS_DS
 #error "NG_COOP_AHEAD with HAS_DS"
@@ -799,7 +810,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     RMS_BWD_DS(r_);                                                                                \
     floatV acc = (floatV)(0.0f);                                                                   \
     _Pragma("unroll") for (int q = 0; q < REG; q++) acc =                                          \
-        fma(WIDX((dyv)[q]) * wc[q], WIDX((xv)[q]), acc);                                           \
+        fma(WIDX((dyv)[q]) * RMS_WC(q), WIDX((xv)[q]), acc);                                       \
     const float mine = ng_wg_sum(ng_hsum(acc), red);                                               \
     ng_coop_publish((float4)(mine, 0.0f, 0.0f, 0.0f), 2, it_, k, s, S, sync, sets);               \
   } while (0)
@@ -818,9 +829,9 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
       if (i < nv) {
         const floatV d = WIDX(dys[q]), xv = WIDX(xs[q]);
 #if HAS_DS
-        STX(dxr, i, RMS_DX(d, wc[q], xv) + WIDX(dss[q])); /* DX_OUT's sum: the same bits */
+        STX(dxr, i, RMS_DX(d, RMS_WC(q), xv) + WIDX(dss[q])); /* DX_OUT's sum: the same bits */
 #else
-        STX(dxr, i, DX_OUT(i, RMS_DX(d, wc[q], xv)));
+        STX(dxr, i, DX_OUT(i, RMS_DX(d, RMS_WC(q), xv)));
 #endif
 #if COMPUTE_DW
         RMS_DWR(q) = fma(d, RMS_XH(NG_RDV, xv), RMS_DWR(q));
@@ -834,6 +845,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   }
 #undef RMS_BWD_NEXT
 #undef RMS_BWD_DS
+#undef RMS_WC
 #if COMPUTE_DW
   __global float *prow = part + part_off + (ulong)k * n;
   NG_UNROLL_STORES

@@ -45,6 +45,8 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   ng_row_opts_dt(o, l, xd, has_w, wd);
   if (cp) ng_opts_add(o, "RMS_BWD_COOP", 1);
   if (cp) ng_coop_opts(o, cp);
+  /* w' in local memory: the frozen pass of rms_bwd_plan's bf16 slices */
+  if (cp && cp->ahead && xd == NG_BF16 && !compute_dw) ng_opts_add(o, "RMS_WLOCAL", 1);
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
@@ -196,6 +198,28 @@ static unsigned coop_x(bool fused) {
   return fused ? NG_COOP_F32 : NG_COOP_F32 | NG_COOP_F16 | NG_COOP_AHEAD_F32;
 }
 
+/* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
+ * 256 × 2 vectors and publish each row's share ahead (ng_coop.ahead); frozen, w' lives in local
+ * memory (RMS_WLOCAL, bwd_opts) beside the three groups a compute unit, with dW in registers beside
+ * two. The slices are the same either way, so dx keeps its bits; both passes ask local memory
+ * for w' (lslots 2), so a device without it gives neither this plan. H100, bf16, rows·N = 2^25,
+ * the binary before the ahead exchange (a3d7bdb) -> this one, alternating, two runs: frozen
+ * 65536 85.0-85.7 -> 78.0-78.5 us (0.81 -> 0.88), 32768 82.7-83.2 -> 76.7-77.5 (0.83 -> 0.89);
+ * with dW 32768 92.7-92.8 -> 87.2-87.6 (0.74 -> 0.79), 65536 95.7 -> 93.2-94.5 (0.72 -> 0.73-0.74;
+ * the 256 × 4 one-row loop of 84a6516 measured 91.9-93.7 there). With dW, w' in local memory
+ * lost (three groups 125.5-130.5 us, two 94.3-100.5), and so did frozen w' in registers
+ * (81.3-85.3) and four groups (79.6-81.3). f16 rows keep 256 × 4 (with dW 92.2 -> 95.4), and
+ * rows of more than 16 such slices (bf16 N > 65536) the 256 × 4 plan (131072 frozen even). */
+static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
+                         bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
+  if (!fused && xd == NG_BF16 &&
+      ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused), 2, 2, dw ? 2 : 3, c)) {
+    c->ahead = true;
+    return true;
+  }
+  return ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused), c);
+}
+
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
  * f32 rows past 32768, unless the override or the tuned table (kind, when given) sets it. H100,
  * rows·N = 2^25, whole backward, two runs each, prefetch on -> off:
@@ -301,9 +325,9 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
-  cl_mem sync;
-  s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, coop_hold(fused, has_ds),
-                    coop_x(fused), &cp, &sync);
+  cl_mem sync = NULL;
+  if (rms_bwd_plan(ctx, &l, fused, has_ds, compute_dw, x.dtype, p->rows, p->n, &cp))
+    s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   if (coop) coop_prefetch(ctx, fused, has_ds, x.dtype, rms_kind(fused, compute_dw), p->n, &cp);
@@ -467,10 +491,11 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
               ng_coop cp; /* rows split across groups: instead of l */
-              const bool coop = (pass > 0 || fwd_coop(fused)) &&
-                                ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
-                                             coop_hold(fused, ds != 0),
-                                             pass == 0 ? FWD_COOP_X : coop_x(fused), &cp);
+              const bool coop =
+                  pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
+                                          (size_t)1 << 20, n, &cp)
+                           : fwd_coop(fused) && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
+                                                             0, FWD_COOP_X, &cp);
               if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, fl[xi], NULL, n, &cp);
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
