@@ -60,9 +60,8 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
 static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd,
                              size_t rows, size_t n, ng_coop *c) {
   const size_t hold = xd == NG_BF16 ? LN_FWD_COOP_HOLD : 0;
-  if (!ng_coop_plan_shape(ctx, l, xd, rows, n, hold, NG_COOP_F32, 4, 1, 2, c)) return false;
-  c->ahead = true; /* bf16 and f32 rows: the only ones NG_COOP_F32 lets split */
-  return true;
+  return ng_coop_plan_shape(ctx, l, xd, rows, n, hold,
+                            NG_COOP_F32 | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32, 4, 1, 2, c);
 }
 
 /* The backward's rows split across groups (ng_layernorm_bwd_coop): slices of 256 × 2 vectors,
@@ -101,11 +100,9 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
 static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                          size_t n, bool dw, bool db, ng_coop *c) {
   const unsigned per_cu = xd == NG_BF16 && (dw || db) ? 2 : 3;
-  if (ng_coop_plan_shape(ctx, l, xd, rows, n, 0, LN_COOP_X, 2, 2, per_cu, c)) {
-    c->ahead = xd == NG_BF16 || xd == NG_F32;
-    return true;
-  }
-  return ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
+  return ng_coop_plan_shape(ctx, l, xd, rows, n, 0,
+                            LN_COOP_X | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32, 2, 2, per_cu, c) ||
+         ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
 }
 
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward

@@ -124,9 +124,9 @@ static size_t chunk_area(const ng_row_launch *l) {
 /* The backward's f32 rows without dW publish each row's shares ahead (ng_coop.ahead; H100, old
  * and new binaries alternating, two runs: 65536 with dB alone 183.4-184.9 -> 160.5-160.9 us,
  * 0.74-0.75 -> 0.86; 32768 167.1-169.1 -> 154.2-155.1; both frozen 65536 178.0-178.2 ->
- * 152.3-153.7, 0.77 -> 0.89-0.90). With dW they lost (65536 182.1-182.6 -> 221.5-222.2, 32768 165.3-166.7 ->
- * 245.4-246.6), as did bf16 rows (65536 87.0 -> 135.1-135.9, with dB alone too; 8192-32768
- * 84.9-87.0 -> 96.6-98.8). dx keeps its bits: the same slices and additions. */
+ * 152.3-153.7, 0.77 -> 0.89-0.90). With dW they lost (65536 182.1-182.6 -> 221.5-222.2, 32768
+ * 165.3-166.7 -> 245.4-246.6), as did bf16 rows (65536 87.0 -> 135.1-135.9, with dB alone too;
+ * 8192-32768 84.9-87.0 -> 96.6-98.8). dx keeps its bits: the same slices and additions. */
 #define PN_COOP_AHEAD NG_COOP_AHEAD_F32
 
 /* The plan of the backward's (bwd; of a pass that trains dW or not) or the forward's rows split
@@ -386,7 +386,7 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
           const bool dw = v > 0 && ((v - 1) & 1);
           if (v > 0 && coop_plan(ctx, &lb, fl[xi], (size_t)1 << 20, n, true, dw, &cp)) {
             for (size_t wi = 0; wi < (v > 1 ? NG_ARRAY_LEN(fl) : 1) && s == NG_SUCCESS; wi++) {
-              coop_opts(&o, &cp, fl[xi], (v - 1) & 1, (v - 1) >> 1, fl[wi]);
+              coop_opts(&o, &cp, fl[xi], dw, (v - 1) >> 1, fl[wi]);
               s = fn(ctx, "polynorm", &o, user);
             }
           } else if (v > 1 && chunk_wanted(ctx, &lb, fl[xi], (v - 1) & 1)) {

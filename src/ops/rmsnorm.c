@@ -212,12 +212,10 @@ static unsigned coop_x(bool fused) {
  * rows of more than 16 such slices (bf16 N > 65536) the 256 × 4 plan (131072 frozen even). */
 static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
                          bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
-  if (!fused && xd == NG_BF16 &&
-      ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused), 2, 2, dw ? 2 : 3, c)) {
-    c->ahead = true;
-    return true;
-  }
-  return ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused), c);
+  return (!fused && xd == NG_BF16 &&
+          ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused) | NG_COOP_AHEAD_BF16, 2, 2,
+                             dw ? 2 : 3, c)) ||
+         ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused), c);
 }
 
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
