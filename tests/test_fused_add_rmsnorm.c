@@ -211,8 +211,9 @@ static void test_shapes(void **state) {
   (void)state;
   /* 256 rows of 65536 rather than 1000: the host side of the check (data, double references)
    * is what costs there, and 256 rows already give every persistent group many rows. */
-  const size_t shapes[][2] = {{1000, 1},    {1, 1},    {1000, 7},     {1, 7},
-                              {1, 4097},    {1000, 4097}, {1, 65536}, {256, 65536}};
+  const size_t shapes[][2] = {{1000, 1},    {1, 1},      {1000, 7},  {1, 7},
+                              {1, 4097},    {1000, 4097}, {40, 8192}, {3, 6144},
+                              {1, 65536},   {256, 65536}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     fa_case c = {shapes[i][0], shapes[i][1], NG_BF16, NG_F32, NG_CAST_LLAMA, false, i % 2 == 0,
                  true, i % 3 == 1, 0, 0.0f, 1e-6f, 100 + i};
