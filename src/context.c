@@ -321,7 +321,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                                      size_t n, bool vec_ok, int mode) {
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
-            NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB);
+            NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -331,6 +331,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool poly_db = (flags & NG_ROWS_POLY_DB) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
+  const size_t nv8 = vec_ok ? n / 8 : n; /* nv before the tuned vector width */
+  const bool wide1k = (flags & NG_ROWS_1K) != 0 && d->nv_shfl && x16 && vec_ok && nv8 > 512 &&
+                      nv8 <= 1024 && (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   unsigned tune[NG_TUNE_SLOTS] = {0};
   ng_tuned_lookup(ctx, kind, n, tune);
   if (mode == NG_ROWS_BWD_FROZEN && kind) {
@@ -371,6 +374,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     wg = 32;
     while (wg < maxwg && wg < 512 && wg * per < nv) wg *= 2;
     while (reg < 4 && wg * reg < nv) reg *= 2;
+    if (wide1k && l.vec == 8 && maxwg >= 1024) wg = 1024, reg = 1; /* NG_ROWS_1K */
   }
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
@@ -455,6 +459,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
     if (few && d->nv_shfl) per = (3 * per + 3) / 4; /* NG_ROWS_FEW, measured on NVIDIA */
     g = (size_t)d->compute_units * per;
+  }
+  if (wide1k && l.wg == 1024 && l.reg_cols == 1 && in_regs) {
+    g = d->compute_units; /* NG_ROWS_1K: one group a unit, each prefetching its next row */
+    prefetch = true;
   }
   if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */

@@ -181,22 +181,11 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
 /* Fused add with ds_out splits bf16 rows beyond 1024 vectors across groups, though a group of
  * 512 × 4 holds twice that: its three tensors crowd the registers (H100, N = 16384, 2048 rows,
  * with dW 135.4-137.3 -> 128.7 us, frozen 114.4-115.9 -> 114.8; RMSNorm and fused add without
- * ds_out lost there, 89.7 -> 104.8 us with dW). Its bf16 rows of 961-1024 vectors (N = 7688-8192)
- * take the split kernel too, a set of one group of 256 × 4 vectors (nothing to wait for; dW in
- * local memory, summed by the kernel's last groups) instead of the held rows' 512 × 2 and the
- * separate sum: H100, rows·N = 2^25 unless said, three runs, held -> split: N = 8192 with dW
- * 113.8-115.6 -> 111.4-112.6 us (0.79-0.81 -> 0.81-0.83), weight frozen 102.9-104.3 ->
- * 99.8-101.4 (0.89 -> 0.91), 8192 rows 214.7-217.1 -> 201.7-203.1 (0.85 -> 0.91), 16384 rows
- * 406.0-412.8 -> 383.4-384.6 (0.89-0.91 -> 0.96), 1000 rows 45.3-47.4 -> 43.9-44.3. Rows that
- * leave part of the slice idle lost with dW: N = 7680 109.2-110.7 -> 110.3-111.3, 7168
- * 105.9-106.7 -> 109.5-110.3, 6144 105.2-106.7 -> 110.3-110.5 (frozen they gained 1-3 us but
- * at 7680, and dx must have the same bits frozen or not); 5120 even. */
+ * ds_out lost there, 89.7 -> 104.8 us with dW). Its rows of 513-1024 vectors take NG_ROWS_1K's
+ * 1024 × 1 instead, which beat splitting them into sets of one group of 256 × 4 (bf16 N = 8192,
+ * with dW 111.1-112.8 us split against 104.3-106.3, frozen 99.9-101.4 against 95.7-96.4). */
 #define FA_DS_COOP_HOLD 1024
-#define FA_DS_COOP_HOLD_BF16 960
-static size_t coop_hold(bool fused, bool has_ds, ng_dtype xd) {
-  if (!fused || !has_ds) return 0;
-  return xd == NG_BF16 ? FA_DS_COOP_HOLD_BF16 : FA_DS_COOP_HOLD;
-}
+static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_DS_COOP_HOLD : 0; }
 /* The backward's f32 rows split with two vectors a work-item (H100, rows·N = 2^25, whole
  * backward, column split or rows streamed twice -> split, two runs: RMSNorm with dW 32768
  * 242 -> 175 us, 65536 242 -> 193, frozen 200 -> 175, 229 -> 193; fused add 283 -> 225, 284 -> 222,
@@ -228,7 +217,7 @@ static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fus
   return (!fused && xd == NG_BF16 &&
           ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused) | NG_COOP_AHEAD_BF16, 2, 2,
                              dw ? 2 : 3, c)) ||
-         ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds, xd), coop_x(fused), c);
+         ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused), c);
 }
 
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
@@ -267,9 +256,9 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  /* the smaller (bf16) hold: the size is the larger of the held and split plans per dtype */
+  /* without NG_ROWS_1K, whose grid of one group a unit needs fewer partial rows */
   return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1,
-                                 coop_hold(fused, true, NG_BF16), coop_x(fused), bytes);
+                                 coop_hold(fused, true), coop_x(fused), bytes);
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -329,11 +318,12 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid (but one
    * group a unit for rows of four slots: NG_ROWS_ONE); the fused add's with ds_out fewer groups
-   * with dW (NG_ROWS_FEW) and more frozen (NG_ROWS_MANY) */
+   * with dW (NG_ROWS_FEW) and more frozen (NG_ROWS_MANY), and 1024 × 1 for 16-bit rows of
+   * 513-1024 vectors (NG_ROWS_1K) */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
       ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
-          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY) : 0));
+          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY) | NG_ROWS_1K : 0));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
@@ -493,7 +483,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
     for (int aligned = 1; aligned >= 0; aligned--)
       for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2)
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
-          const ng_row_launch l =
+          const ng_row_launch l0 =
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
                                    pass == 0 ? fwd_mode(fused, n, fl[xi])
                                              : ng_bwd_mode(pass == 2, fl[xi]));
@@ -502,6 +492,11 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
+              /* with ds_out, NG_ROWS_1K's shape (the grid flags are not build options) */
+              const ng_row_launch l =
+                  ds ? ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                            ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)
+                     : l0;
               ng_coop cp; /* rows split across groups: instead of l */
               const bool coop =
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
