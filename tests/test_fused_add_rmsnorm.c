@@ -229,7 +229,8 @@ static void test_shapes(void **state) {
     if (shapes[i][0] * shapes[i][1] <= 5000000) run_case(&c);
   }
   /* f16 rows of 1024 vectors with ds_out (1024 work-items of one vector on NVIDIA: NG_ROWS_1K) */
-  fa_case h = {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 8};
+  fa_case h = {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f,
+               1e-6f, 8};
   run_case(&h);
   /* an offset that breaks the 16-byte alignment of one tensor only takes the scalar path */
   fa_case c = {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9};
