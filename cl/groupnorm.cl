@@ -359,7 +359,7 @@ inline void gn_tag_put(__global volatile ulong *p, float sum, float m2) {
 /* (cnt, first value, second value) of unit `lid` of a block whose words start at p, once
  * published (mine: lid is one of the block's units; the others get (1, 0, 0)): the forward's
  * (count, sum, M2), the backward's (1, its two sums). The warp polls in one loop, as
- * ng_coop_exchange does. */
+ * ng_coop_collect does. */
 /* The two words at p, read whole (ld.relaxed.gpu); published once both carry the tag. */
 inline ulong2 gn_tag_ld(__global volatile ulong *p) {
   ulong a, b;

@@ -385,7 +385,7 @@ ng_layernorm_fwd_stream(__global const XT *x, ulong x_off, __global const WT *w,
  * of f32 a value against the 4 the row moves to and from memory (H100, bf16, 65536: 70.0 -> 64
  * us without those reads, a measurement). Statistics: each slice forms the exact two-pass sum
  * and M2 of its values of x − K (K the row's first element, as the streaming kernel), and every
- * slice merges the S pairs in slice order (ng_coop_exchange), so all get the same mean and rstd:
+ * slice merges the S pairs in slice order (ng_coop_collect), so all get the same mean and rstd:
  * one exchange a row. */
 #ifndef LN_FWD_COOP
 #define LN_FWD_COOP 0

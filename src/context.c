@@ -331,9 +331,6 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool poly_db = (flags & NG_ROWS_POLY_DB) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
-  const size_t nv8 = vec_ok ? n / 8 : n; /* nv before the tuned vector width */
-  const bool wide1k = (flags & NG_ROWS_1K) != 0 && d->nv_shfl && x16 && vec_ok && nv8 > 512 &&
-                      nv8 <= 1024 && (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   unsigned tune[NG_TUNE_SLOTS] = {0};
   ng_tuned_lookup(ctx, kind, n, tune);
   if (mode == NG_ROWS_BWD_FROZEN && kind) {
@@ -360,6 +357,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   if (tune[NG_TUNE_VECTOR] == 1) l.vec = 1;
   const size_t nv = n / l.vec;
   const size_t maxwg = ng_max_pow2_wg(ctx);
+  const bool wide1k = (flags & NG_ROWS_1K) != 0 && d->nv_shfl && x16 && l.vec == 8 && nv > 512 &&
+                      nv <= 1024 && maxwg >= 1024 &&
+                      (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -374,7 +374,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     wg = 32;
     while (wg < maxwg && wg < 512 && wg * per < nv) wg *= 2;
     while (reg < 4 && wg * reg < nv) reg *= 2;
-    if (wide1k && l.vec == 8 && maxwg >= 1024) wg = 1024, reg = 1; /* NG_ROWS_1K */
+    if (wide1k) wg = 1024, reg = 1; /* NG_ROWS_1K */
   }
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;

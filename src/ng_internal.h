@@ -474,11 +474,12 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * add's backward with ds_out: on NVIDIA, 16-bit rows of 513-1024 vectors (bf16 N = 4104-8192)
  * get 1024 work-items holding one vector each, one group a compute unit, each prefetching its
  * next row, instead of 512 × 2 on NG_ROWS_FEW's or NG_ROWS_MANY's grid. H100, rows·N = 2^25,
- * two or three runs each, 1024 × 1 under NORMGRAD_TUNE in the binaries of 024b528: bf16 8192 with dW 113.8-115.6 -> 104.3-106.3 us (0.79-0.81 ->
- * 0.87-0.88), weight frozen 102.9-104.3 -> 95.7-96.4 (0.89 -> 0.95-0.97); 7680 108.5-110.1 ->
- * 103.7-104.5, frozen 100.4-100.8 -> 96.8-97.2; 6144 105.8-106.6 -> 102.6-102.9, frozen
- * 103.4-104.5 -> 95.8-96.2; 8192 rows × 8192 214.7-217.1 -> 191.3-192.1 (0.85 -> 0.96); f16 8192
- * 117.4-118.5 -> 107.7-108.5, frozen 103.8-114.2 -> 96.0-96.5. */
+ * two or three runs each, 1024 × 1 under NORMGRAD_TUNE in the binaries of 024b528: bf16 8192
+ * with dW 113.8-115.6 -> 104.3-106.3 us (0.79-0.81 -> 0.87-0.88), weight frozen 102.9-104.3 ->
+ * 95.7-96.4 (0.89 -> 0.95-0.97); 7680 108.5-110.1 -> 103.7-104.5, frozen 100.4-100.8 ->
+ * 96.8-97.2; 6144 105.8-106.6 -> 102.6-102.9, frozen 103.4-104.5 -> 95.8-96.2; 8192 rows × 8192
+ * 214.7-217.1 -> 191.3-192.1 (0.85 -> 0.96); f16 8192 117.4-118.5 -> 107.7-108.5, frozen
+ * 103.8-114.2 -> 96.0-96.5. */
 #define NG_ROWS_1K 0x10000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
