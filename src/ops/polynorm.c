@@ -135,7 +135,16 @@ static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd
                       size_t n, bool bwd, bool dw, ng_coop *c) {
   if (xd == NG_F32 && n / l->vec <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
   if (!bwd) return ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
-  return ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X | (dw ? 0 : PN_COOP_AHEAD), c);
+  if (!ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X | (dw ? 0 : PN_COOP_AHEAD), c))
+    return false;
+  /* A single slice that its group nearly fills streams without the next-row prefetch (H100,
+   * bf16 8192, one slice of 256 x 4, scan with prefetch=1: with dW 87.1-88.0 -> 82.9-83.7 us,
+   * weight frozen 86.4-87.3 -> 82.8-83.3, f16 85.6-85.7 -> 82.5-84.4); a slice three quarters
+   * full (6144: 80.3-81.4 -> 86.5-88.5) and two slices (16384) lost without it. */
+  if (c->slices == 1 && !ctx->tune[NG_TUNE_PREFETCH] &&
+      n / l->vec > (size_t)c->l.wg * c->l.reg_cols * 15 / 16)
+    c->l.prefetch = false;
+  return true;
 }
 
 /* The forward's launch mode (NG_ROWS_PAIRS). */
