@@ -321,12 +321,14 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                                      size_t n, bool vec_ok, int mode) {
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
-            NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K);
+            NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
+            NG_ROWS_HOLD4);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
   const size_t pairs_upto = (flags & NG_ROWS_PAIRS_1K) ? 1024 : 512;
   const bool many = (flags & NG_ROWS_MANY) != 0 && mode == NG_ROWS_BWD_FROZEN;
+  const size_t many_upto = (flags & NG_ROWS_MANY_2K) ? 2048 : 1024;
   const bool poly_dw = (flags & NG_ROWS_POLY_DW) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool poly_db = (flags & NG_ROWS_POLY_DB) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
@@ -360,6 +362,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool wide1k = (flags & NG_ROWS_1K) != 0 && d->nv_shfl && x16 && l.vec == 8 && nv > 512 &&
                       nv <= 1024 && maxwg >= 1024 &&
                       (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
+  const bool hold4 = (flags & NG_ROWS_HOLD4) != 0 && mode == NG_ROWS_FWD && d->nv_shfl && x16 &&
+                     l.vec == 8 && nv > 2048 && nv <= 4096 && maxwg >= 1024;
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -368,6 +372,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     reg = 2;
     if (mode == NG_ROWS_FWD_RAW16)
       while (reg < NG_FWD_RAW_REG && wg * reg < nv) reg *= 2;
+    if (hold4) wg = 1024, reg = 4; /* NG_ROWS_HOLD4 */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;
@@ -444,7 +449,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       g = want > wave ? want : wave;
       prefetch = true;
     }
-    if (many && nv16 && nv > 512 && nv <= 1024 && in_regs && rows != SIZE_MAX) {
+    if (many && nv16 && nv > 512 && nv <= many_upto && in_regs && rows != SIZE_MAX) {
       /* NG_ROWS_MANY. H100, bf16, rows·N = 2^25, old and new binaries alternating, two runs:
        * fused add (weight frozen, ds_out) 106.4-106.6 -> 102.3-102.6 us (0.85 -> 0.89), f16
        * 106.6-107.1 -> 102.6-102.8, 8192 rows 215.8-217.1 -> 196.1-196.3 (0.84 -> 0.93), 1000
@@ -452,7 +457,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 76.7-78.0 -> 74.0-76.0, 1000 rows 27.4-28.1 -> 26.1-26.6; 8 a unit took LayerNorm
        * 76.1, the fused add 104.1-104.6. RMSNorm's lost with more groups (74.5 -> 76-78). */
       g = (size_t)d->compute_units * 16;
-      prefetch = true;
+      prefetch = nv <= 1024; /* NG_ROWS_MANY_2K: without it past 1024 */
+    }
+    if (hold4 && l.wg == 1024 && l.reg_cols == 4 && in_regs && rows != SIZE_MAX) {
+      g = (size_t)d->compute_units * 16; /* NG_ROWS_HOLD4: a group a row */
+      prefetch = false;
     }
   } else {
     prefetch = true;

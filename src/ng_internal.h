@@ -464,6 +464,12 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * get a grid of 16 groups a compute unit, prefetching, instead of the forward's four. The fused
  * add's frozen backward with ds_out and LayerNorm's with both parameters frozen take it. */
 #define NG_ROWS_MANY 0x1000
+/* With NG_ROWS_MANY, LayerNorm's: its grid also for rows of 1025-2048 vectors (bf16 N = 16384,
+ * 512 × 4), without the prefetch there. H100, both parameters frozen, rows·N = 2^25, the grid
+ * under NORMGRAD_TUNE beside the default, two runs: bf16 78.4-78.9 -> 75.2-75.8 us (0.87 ->
+ * 0.91), f16 81.2-81.5 -> 75.8-76.8 (0.85 -> 0.90-0.91); with the prefetch 76.9, 8 groups a
+ * unit 75.6-77.0. */
+#define NG_ROWS_MANY_2K 0x20000
 /* Added to NG_ROWS_POLY_BWD (with NG_ROWS_X16) by PolyNorm's backward with dweight: on NVIDIA,
  * rows of 128-512 vectors (bf16 N = 1024-4096) prefetch the group's next row. NG_ROWS_POLY_DB,
  * its backward with dbias alone: rows of 128-256 vectors do (N = 4096 sums its partials in a
@@ -481,6 +487,13 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 214.7-217.1 -> 191.3-192.1 (0.85 -> 0.96); f16 8192 117.4-118.5 -> 107.7-108.5, frozen
  * 103.8-114.2 -> 96.0-96.5. */
 #define NG_ROWS_1K 0x10000
+/* Added to NG_ROWS_FWD by RMSNorm's forward of 16-bit rows: on NVIDIA, rows of 2049-4096 vectors
+ * (bf16 N = 32768) held by 1024 work-items of four vectors each, a group a row (16 groups a
+ * compute unit at most) without the prefetch, instead of split across two groups
+ * (ng_rmsnorm_fwd_coop). H100, rows·N = 2^25, under NORMGRAD_TUNE beside the default, two runs:
+ * bf16 56.0-56.2 -> 54.2-54.7 us (0.81-0.82 -> 0.84-0.85), f16 56.7-57.7 -> 55.7; 8 groups a
+ * unit 54.7-55.2, with the prefetch 54.0-55.2. The tuner found it. */
+#define NG_ROWS_HOLD4 0x40000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

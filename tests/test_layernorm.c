@@ -253,8 +253,14 @@ static void test_shapes(void **state) {
     c = make_case(shapes[i][0], shapes[i][1], NG_F32, NG_BF16, &PARAMS[2 + i % 5], 8, 200 + i);
     run_case(&c);
   }
+  /* both parameters frozen on rows of 1025-2048 vectors: on NVIDIA a grid of a group a row
+   * (NG_ROWS_MANY_2K) */
+  ln_case c = make_case(40, 16384, NG_F16, NG_F32, &PARAMS[6], 0, 7);
+  run_case(&c);
+  c = make_case(3, 12000, NG_BF16, NG_BF16, &PARAMS[6], 0, 8);
+  run_case(&c);
   /* an offset that breaks the 16-byte alignment of the parameters only: scalar path */
-  ln_case c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
+  c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
   run_case(&c);
 }
 

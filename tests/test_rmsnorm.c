@@ -174,11 +174,13 @@ static void test_matrix(void **state) {
             }
 }
 
-/* N = 1, 7, 4097, 65536, 262144 with one row and many rows. */
+/* N = 1, 7, 4097, 65536, 262144 with one row and many rows; 24584 and 32768, which 16-bit rows
+ * on NVIDIA hold in groups of 1024 × 4 (NG_ROWS_HOLD4). */
 static void test_shapes(void **state) {
   (void)state;
-  const size_t shapes[][2] = {{1000, 1}, {1, 1},     {1000, 7},    {1, 7},    {1, 4097},
-                              {1000, 4097}, {1, 65536}, {1000, 65536}, {3, 262144}};
+  const size_t shapes[][2] = {{1000, 1},    {1, 1},       {1000, 7},  {1, 7},
+                              {1, 4097},    {1000, 4097}, {1, 65536}, {1000, 65536},
+                              {3, 262144},  {3, 24584},   {64, 32768}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     rms_case c = {shapes[i][0], shapes[i][1], NG_BF16, NG_F32, NG_CAST_LLAMA, false, i % 2 == 0,
                   0, 0.0f, 1e-6f, 100 + i};

@@ -131,6 +131,12 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
     ng_opts_add(o, "LN_WLOCAL", 1);
 }
 
+/* The backward's launch mode: with both parameters frozen (no partials), 16-bit rows of
+ * 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K). */
+static int ln_bwd_mode(bool partials, ng_dtype xd) {
+  return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K;
+}
+
 /* mean[rows] and rstd[rows], f32. */
 static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size_t rows) {
   ng_status s = ng_check_tensor(ctx, t, what, rows, true);
@@ -270,7 +276,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
    * still for rows of 513-1024 vectors: NG_ROWS_MANY) */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
-      ng_bwd_mode(partials, x.dtype) | NG_ROWS_MANY);
+      ln_bwd_mode(partials, x.dtype));
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   /* rows split across groups (whatever is frozen, so that dx has the same bits), when this
    * queue gets a counter area; else the column split (with partials) or rows streamed twice */
@@ -379,7 +385,7 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
         const ng_row_launch lf =
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_fwd_raw_mode(xd));
         const ng_row_launch lz =
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(false, xd));
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(false, xd));
         const ng_row_launch lp =
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(true, xd));
         size_t nb, rg;

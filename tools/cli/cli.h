@@ -94,6 +94,9 @@ typedef struct cli_bench_output {
   cl_mem mem; /* NULL = unused slot */
   size_t count;
   ng_dtype dtype;
+  /* `tune`'s absolute tolerance where the values are small against the data they come from
+   * (0: 1e-5 of the largest value) */
+  double atol;
 } cli_bench_output;
 
 typedef struct cli_bench_case {

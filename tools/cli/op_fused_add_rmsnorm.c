@@ -169,11 +169,11 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
    * rstd in, dx (+ dweight) out */
   cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + x + w + x + x + r, .run = bench_fwd};
   cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + x + w + r + x + (b->frozen ? 0 : w), .run = bench_bwd};
-  cases[0].out[0] = (cli_bench_output){b->y, R * N, spec->dtype};
-  cases[0].out[1] = (cli_bench_output){b->s, R * N, spec->dtype};
-  cases[0].out[2] = (cli_bench_output){b->rstd, R, NG_F32};
-  cases[1].out[0] = (cli_bench_output){b->dx, R * N, spec->dtype};
-  cases[1].out[1] = (cli_bench_output){b->dw, N, NG_F32};
+  cases[0].out[0] = (cli_bench_output){.mem = b->y, .count = R * N, .dtype = spec->dtype};
+  cases[0].out[1] = (cli_bench_output){.mem = b->s, .count = R * N, .dtype = spec->dtype};
+  cases[0].out[2] = (cli_bench_output){.mem = b->rstd, .count = R, .dtype = NG_F32};
+  cases[1].out[0] = (cli_bench_output){.mem = b->dx, .count = R * N, .dtype = spec->dtype};
+  cases[1].out[1] = (cli_bench_output){.mem = b->dw, .count = N, .dtype = NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;

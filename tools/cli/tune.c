@@ -124,7 +124,7 @@ static double compare(const cli_bench_case *c, void *ref[3], void *got[3]) {
       const double r = fabs(host_elem(ref[i], o->dtype, k));
       if (isfinite(r) && r > maxabs) maxabs = r;
     }
-    const double atol = 1e-5 * maxabs + 1e-30;
+    const double atol = fmax(1e-5 * maxabs, o->atol) + 1e-30;
     for (size_t k = 0; k < o->count; k++) {
       const double a = host_elem(got[i], o->dtype, k), b = host_elem(ref[i], o->dtype, k);
       if (isnan(a) != isnan(b)) return INFINITY;
