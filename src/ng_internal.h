@@ -488,12 +488,21 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 103.8-114.2 -> 96.0-96.5. */
 #define NG_ROWS_1K 0x10000
 /* Added to NG_ROWS_FWD by RMSNorm's forward of 16-bit rows: on NVIDIA, rows of 2049-4096 vectors
- * (bf16 N = 32768) held by 1024 work-items of four vectors each, a group a row (16 groups a
+ * (bf16 N = 16392-32768) held by 1024 work-items of four vectors each, a group a row (16 groups a
  * compute unit at most) without the prefetch, instead of split across two groups
  * (ng_rmsnorm_fwd_coop). H100, rows·N = 2^25, under NORMGRAD_TUNE beside the default, two runs:
  * bf16 56.0-56.2 -> 54.2-54.7 us (0.81-0.82 -> 0.84-0.85), f16 56.7-57.7 -> 55.7; 8 groups a
  * unit 54.7-55.2, with the prefetch 54.0-55.2. The tuner found it. */
 #define NG_ROWS_HOLD4 0x40000
+/* Added to the forward's mode (NG_ROWS_FWD, NG_ROWS_FWD_RAW16) of f16 rows by RMSNorm and
+ * LayerNorm: on NVIDIA, rows of 961-1024 vectors (N = 7688-8192) held by 256 work-items of four
+ * vectors each, a group a row without the prefetch, instead of 512 × 2 on the persistent grid,
+ * where f16 rows ran far slower than bf16 ones. H100, rows·N = 2^25, N = 8192, the tuner's scans:
+ * LayerNorm 64.0 -> 53.4 us (1.20x), RMSNorm 60.1 -> 52.3 (1.15x); LayerNorm under NORMGRAD_TUNE
+ * (with the prefetch) beside the default, three runs, 64.6-65.2 -> 54.1-54.7 (0.70-0.71 ->
+ * 0.84-0.85). Shorter rows were not measured; at 4096 the scans kept the default. bf16 rows gained
+ * 1-3% at most and keep their launches. */
+#define NG_ROWS_F16_4 0x80000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -83,11 +83,12 @@ static bool fwd_coop(bool fused) { return !fused; }
 /* The forward's launch mode: RMSNorm's 16-bit rows from N = 4096 take two rows a group on NVIDIA
  * (NG_ROWS_PAIRS: up to 512 vectors; bf16 up to 1024, NG_ROWS_PAIRS_1K, where f16 lost). Shorter
  * rows measured even with it, the fused add's lost (ng_choose_row_launch_k has the numbers).
- * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4). */
+ * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4),
+ * f16 rows of 961-1024 vectors by groups of 256 × 4, a group a row (NG_ROWS_F16_4). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (fused || xd == NG_F32) return NG_ROWS_FWD;
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
-  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4;
+  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | (xd == NG_F16 ? NG_ROWS_F16_4 : 0);
 }
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
