@@ -323,6 +323,12 @@ static void test_workgroup_shape(void **state) {
                           0, seed++);
     run_case(&c);
   }
+  /* the forward's launch of f16 rows of 961-1024 vectors on NVIDIA (NG_ROWS_F16_4): 256 × 4, a
+   * group a row, the last slot partly idle */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 256));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 4));
+  ln_case f = make_case(5, 8000, NG_F16, NG_F32, &PARAMS[0], 0, seed++);
+  run_case(&f);
   /* groups of 1024 with two slots: the weight and bias held in registers across rows */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 1024));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
