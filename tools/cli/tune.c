@@ -262,6 +262,11 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     }
     s = time_case(env, c, state, &cs[i].ms);
     if (s != NG_SUCCESS && i > 0) { /* e.g. a work-group the kernel cannot launch with */
+      char d[128];
+      describe(cs[i].v, d, sizeof d);
+      cli_progress_clear();
+      fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: it did not run (%s)\n",
+              op->name, n, pass, d, ng_status_name(s));
       s = NG_SUCCESS;
       cs[i].ok = false;
       rejected++;
