@@ -489,16 +489,18 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
                                    pass == 0 ? fwd_mode(fused, n, fl[xi])
                                              : ng_bwd_mode(pass == 2, fl[xi]));
+          /* with ds_out, NG_ROWS_1K's shape (the grid flags are not build options) */
+          const ng_row_launch l1k =
+              fused && pass > 0
+                  ? ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                         ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)
+                  : l0;
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
             for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
-              /* with ds_out, NG_ROWS_1K's shape (the grid flags are not build options) */
-              const ng_row_launch l =
-                  ds ? ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                            ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)
-                     : l0;
+              const ng_row_launch l = ds ? l1k : l0;
               ng_coop cp; /* rows split across groups: instead of l */
               const bool coop =
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],

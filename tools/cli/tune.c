@@ -213,6 +213,15 @@ static void describe(const unsigned v[7], char *buf, size_t len) {
            v[NG_TUNE_REG_COLS], v[NG_TUNE_GROUPS], v[NG_TUNE_VECTOR], v[NG_TUNE_PREFETCH]);
 }
 
+/* A rejected candidate, named on stderr with the reason. */
+static void report_rejected(const cli_op *op, size_t n, const char *pass, const unsigned v[7],
+                            const char *why) {
+  char d[128];
+  describe(v, d, sizeof d);
+  cli_progress_clear();
+  fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: %s\n", op->name, n, pass, d, why);
+}
+
 /* Tune one (N, pass). Returns an exit code; prints its report. */
 static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t n, size_t rows,
                     ng_dtype dt, const char *pass, bool dry, bool json) {
@@ -262,11 +271,9 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     }
     s = time_case(env, c, state, &cs[i].ms);
     if (s != NG_SUCCESS && i > 0) { /* e.g. a work-group the kernel cannot launch with */
-      char d[128];
-      describe(cs[i].v, d, sizeof d);
-      cli_progress_clear();
-      fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: it did not run (%s)\n",
-              op->name, n, pass, d, ng_status_name(s));
+      char why[96];
+      snprintf(why, sizeof why, "it did not run (%s)", ng_status_name(s));
+      report_rejected(op, n, pass, cs[i].v, why);
       s = NG_SUCCESS;
       cs[i].ok = false;
       rejected++;
@@ -284,11 +291,9 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     const double e = compare(c, ref, got);
     cs[i].ok = e <= 1.0;
     if (!cs[i].ok) {
-      char d[128];
-      describe(cs[i].v, d, sizeof d);
-      cli_progress_clear();
-      fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: outputs differ from the "
-              "default's by %.3g x the tolerance\n", op->name, n, pass, d, e);
+      char why[96];
+      snprintf(why, sizeof why, "outputs differ from the default's by %.3g x the tolerance", e);
+      report_rejected(op, n, pass, cs[i].v, why);
       rejected++;
       continue;
     }
