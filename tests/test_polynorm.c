@@ -176,11 +176,12 @@ static void test_matrix(void **state) {
             }
 }
 
-/* N = 1, 7, 4097, 65536 with one row and many rows. */
+/* N = 1, 7, 4097, 65536 with one row and many rows, and 12000 (1500 vectors: held by a GPU's
+ * 1024 x 2 groups in the forward, split in the backward). */
 static void test_shapes(void **state) {
   (void)state;
-  const size_t shapes[][2] = {{1, 1},    {1000, 1},    {1, 7},     {1000, 7},
-                              {1, 4097}, {1000, 4097}, {1, 65536}, {1000, 65536}};
+  const size_t shapes[][2] = {{1, 1},       {1000, 1},  {1, 7},        {1000, 7},  {1, 4097},
+                              {1000, 4097}, {1, 65536}, {1000, 65536}, {7, 12000}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     pn_case c = mk(shapes[i][0], shapes[i][1], NG_BF16, NG_F32, 0, 100 + i);
     c.accumulate = i % 2 == 0;

@@ -107,11 +107,15 @@ static size_t chunk_area(const ng_row_launch *l) {
 #define PN_COOP_X (NG_COOP_F32 | NG_COOP_F16)
 #define PN_COOP_F32_FROM 1024
 
-/* The forward splits bf16 rows beyond 1024 vectors across groups (ng_polynorm_fwd_coop), though
- * its 1024-wide groups hold 2048 (H100, bf16, rows·N = 2^25, three or four runs: 16384 62.1-62.5
- * -> 58.4-58.8 us; 32768 73.8-74.8 -> 60.3-61.4 and 65536 66.1-66.8 -> 63.3-64.3, rows the
- * launch streams) */
-#define PN_FWD_COOP_HOLD 1024
+/* The forward splits bf16 rows beyond 2048 vectors across groups (ng_polynorm_fwd_coop), the
+ * rows its 1024-wide groups do not hold (H100, bf16, rows·N = 2^25, three or four runs: 32768
+ * 73.8-74.8 -> 60.3-61.4 us and 65536 66.1-66.8 -> 63.3-64.3, rows the launch streams). Rows of
+ * 1025-2048 vectors split too until 2026-11-27 (16384 62.1-62.5 -> 58.4-58.8 us when it was
+ * measured); the held rows have since overtaken the split (three runs, split -> held: 16384
+ * 58.5-58.9 -> 54.9-55.7 us, 0.78-0.79 -> 0.83; 12288 64.9-65.8 -> 57.0-57.8, 0.70 -> 0.80;
+ * 100 rows of 16384 13.9 -> 10.2, 512 rows 24.2 -> 22.9), as f16 rows, which never split
+ * forward, had shown (16384 53.3 us against bf16's 59.2 split). */
+#define PN_FWD_COOP_HOLD 2048
 /* f32 rows split with bf16's four vectors a work-item beyond what the launch holds (65536 142 ->
  * 131-132 us, 32768 even at 123-124, but 16384 117.5 -> 122-123; with two vectors 32768 lost, 124
  * -> 134); f16 rows stream (65536 even, 61 us). bf16 and f32 rows publish each row's sums ahead
