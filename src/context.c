@@ -322,7 +322,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
-            NG_ROWS_HOLD4 | NG_ROWS_F16_4);
+            NG_ROWS_HOLD4 | NG_ROWS_256X4);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -364,9 +364,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                       (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   const bool hold4 = (flags & NG_ROWS_HOLD4) != 0 && mode == NG_ROWS_FWD && d->nv_shfl && x16 &&
                      l.vec == 8 && nv > 2048 && nv <= 4096 && maxwg >= 1024;
-  const bool f16_4 = (flags & NG_ROWS_F16_4) != 0 &&
-                     (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16) && d->nv_shfl &&
-                     l.vec == 8 && nv > 960 && nv <= 1024 && maxwg >= 256;
+  const bool w256x4 = (flags & NG_ROWS_256X4) != 0 &&
+                      (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16) && d->nv_shfl &&
+                      l.vec == 8 && nv > 512 && nv <= 1024 && maxwg >= 256 &&
+                      rows > d->compute_units && rows != SIZE_MAX;
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -376,7 +377,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (mode == NG_ROWS_FWD_RAW16)
       while (reg < NG_FWD_RAW_REG && wg * reg < nv) reg *= 2;
     if (hold4) wg = 1024, reg = 4; /* NG_ROWS_HOLD4 */
-    if (f16_4) wg = 256, reg = 4;  /* NG_ROWS_F16_4 */
+    if (w256x4) wg = 256, reg = 4; /* NG_ROWS_256X4 */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;
@@ -467,8 +468,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       g = (size_t)d->compute_units * 16; /* NG_ROWS_HOLD4: a group a row */
       prefetch = false;
     }
-    if (f16_4 && l.wg == 256 && l.reg_cols == 4 && in_regs && rows != SIZE_MAX) {
-      g = rows; /* NG_ROWS_F16_4: a group a row */
+    if (w256x4 && l.wg == 256 && l.reg_cols == 4 && in_regs) {
+      g = rows; /* NG_ROWS_256X4: a group a row */
       prefetch = false;
     }
   } else {

@@ -494,15 +494,24 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * bf16 56.0-56.2 -> 54.2-54.7 us (0.81-0.82 -> 0.84-0.85), f16 56.7-57.7 -> 55.7; 8 groups a
  * unit 54.7-55.2, with the prefetch 54.0-55.2. The tuner found it. */
 #define NG_ROWS_HOLD4 0x40000
-/* Added to the forward's mode (NG_ROWS_FWD, NG_ROWS_FWD_RAW16) of f16 rows by RMSNorm and
- * LayerNorm: on NVIDIA, rows of 961-1024 vectors (N = 7688-8192) held by 256 work-items of four
- * vectors each, a group a row without the prefetch, instead of 512 × 2 on the persistent grid,
- * where f16 rows ran far slower than bf16 ones. H100, rows·N = 2^25, N = 8192, the tuner's scans:
- * LayerNorm 64.0 -> 53.4 us (1.20x), RMSNorm 60.1 -> 52.3 (1.15x); LayerNorm under NORMGRAD_TUNE
- * (with the prefetch) beside the default, three runs, 64.6-65.2 -> 54.1-54.7 (0.70-0.71 ->
- * 0.84-0.85). Shorter rows were not measured; at 4096 the scans kept the default. bf16 rows gained
- * 1-3% at most and keep their launches. */
-#define NG_ROWS_F16_4 0x80000
+/* Added to the forward's mode (NG_ROWS_FWD, NG_ROWS_FWD_RAW16) of 16-bit rows by RMSNorm, the
+ * fused add and LayerNorm: on NVIDIA, rows of 513-1024 vectors (N = 4104-8192) held by 256 work-
+ * items of four vectors each, a group a row without the prefetch, where there are more rows than
+ * compute units, instead of 512 × 2 on the persistent grid with the prefetch (RMSNorm's bf16 rows:
+ * two rows a group, NG_ROWS_PAIRS_1K). f16 rows ran far below bf16 ones there, and bf16 rows short
+ * of 8192 below bf16 rows of 8192. H100, rows·N = 2^25, under NORMGRAD_TUNE beside the default,
+ * two runs (us): LayerNorm f16 4608 68.8-69.4 -> 57.1-57.3, 6144 61.6-62.6 -> 53.8-54.3, 7168
+ * 65.6-66.0 -> 53.8-54.0 (0.69 -> 0.85); bf16 4608 61.3-61.6 -> 56.9-57.1, 5120 60.3-60.7 ->
+ * 54.5-55.3 (0.76 -> 0.83-0.84), 6144 57.1-57.4 -> 53.7-54.1, 8192 54.5-56.6 -> 53.6-55.3; RMSNorm
+ * f16 4608 68.8 -> 53.4-53.9 (0.67 -> 0.86), 6144 62.8-63.5 -> 52.5-54.0; bf16 4608 58.2-58.9 ->
+ * 53.2-53.6, 6144 54.6-55.4 -> 52.4-52.9, 7168 and 8192 even; the fused add bf16 4608 112.9-113.8
+ * -> 99.9-100.4 (0.81 -> 0.91-0.92), 6144 105.0-105.3 -> 99.5-99.8, 8192 100.8-102.7 -> 98.1-98.5
+ * (0.90-0.91 -> 0.93), f16 likewise. The same grid on 512 × 2 lost (LayerNorm bf16 6144 70 us), so
+ * the shape counts too. 100 rows lost 0.6-1.5 us (LayerNorm bf16 6144 8.5 -> 9.7, the fused add
+ * 9.4 -> 10.9), 400 rows gained (12.7 -> 12.0, 17.4 -> 14.9): up to a row a compute unit, the rows
+ * keep the old launch. The tuner found it for f16 rows of 8192 (LayerNorm 1.20x, RMSNorm 1.15x).
+ * docs/tuning.md has the rest. */
+#define NG_ROWS_256X4 0x80000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -315,6 +315,16 @@ static void test_workgroup_shape(void **state) {
                  (ng_casting_mode)(i % 3), false, false, true, false, 0, 0.5f, 1e-5f, 400 + i};
     run_case(&c);
   }
+  /* the forward's launch of 16-bit rows of 513-1024 vectors on NVIDIA (NG_ROWS_256X4): 256 × 4,
+   * a group a row, the last slot partly idle (8000) or empty (6000) */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 256));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 4));
+  const size_t w4[][2] = {{5, 8000}, {6, 6000}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(w4); i++) {
+    fa_case c = {w4[i][0], w4[i][1], i ? NG_BF16 : NG_F16, NG_F32, (ng_casting_mode)i, false,
+                 false, true, false, 0, 0.5f, 1e-5f, 410 + i};
+    run_case(&c);
+  }
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));

@@ -323,11 +323,13 @@ static void test_workgroup_shape(void **state) {
                           0, seed++);
     run_case(&c);
   }
-  /* the forward's launch of f16 rows of 961-1024 vectors on NVIDIA (NG_ROWS_F16_4): 256 × 4, a
-   * group a row, the last slot partly idle */
+  /* the forward's launch of 16-bit rows of 513-1024 vectors on NVIDIA (NG_ROWS_256X4): 256 × 4,
+   * a group a row, the last slot partly idle (8000) or empty (6000) */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 256));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 4));
   ln_case f = make_case(5, 8000, NG_F16, NG_F32, &PARAMS[0], 0, seed++);
+  run_case(&f);
+  f = make_case(6, 6000, NG_BF16, NG_F32, &PARAMS[1], 0, seed++);
   run_case(&f);
   /* groups of 1024 with two slots: the weight and bias held in registers across rows */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 1024));

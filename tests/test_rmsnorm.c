@@ -221,12 +221,14 @@ static void test_workgroup_shape(void **state) {
                   (ng_casting_mode)(i % 3), false, false, 0, 0.5f, 1e-5f, 400 + i};
     run_case(&c);
   }
-  /* the forward's launch of f16 rows of 961-1024 vectors on NVIDIA (NG_ROWS_F16_4): 256 × 4, a
-   * group a row, the last slot partly idle */
+  /* the forward's launch of 16-bit rows of 513-1024 vectors on NVIDIA (NG_ROWS_256X4): 256 × 4,
+   * a group a row, the last slot partly idle (8000) or empty (6000) */
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 256));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 4));
   rms_case f = {5, 8000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 410};
   run_case(&f);
+  rms_case f2 = {6, 6000, NG_BF16, NG_BF16, NG_CAST_GEMMA, false, false, 0, 0.0f, 1e-6f, 411};
+  run_case(&f2);
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));

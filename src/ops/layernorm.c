@@ -131,11 +131,11 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
     ng_opts_add(o, "LN_WLOCAL", 1);
 }
 
-/* The forward's launch mode: f16 rows of 961-1024 vectors in groups of 256 × 4, a group a row, on
- * NVIDIA (NG_ROWS_F16_4). The backward's: with both parameters frozen (no partials), 16-bit rows of
- * 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K). */
+/* The forward's launch mode: 16-bit rows of 513-1024 vectors in groups of 256 × 4, a group a row,
+ * on NVIDIA (NG_ROWS_256X4). The backward's: with both parameters frozen (no partials), 16-bit
+ * rows of 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K). */
 static int ln_fwd_mode(ng_dtype xd) {
-  return ng_fwd_raw_mode(xd) | (xd == NG_F16 ? NG_ROWS_F16_4 : 0);
+  return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? 0 : NG_ROWS_256X4);
 }
 static int ln_bwd_mode(bool partials, ng_dtype xd) {
   return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K;
@@ -388,6 +388,8 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
         const ng_dtype xd = fl[xi];
         const ng_row_launch lf =
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_fwd_mode(xd));
+        /* a few rows' (NG_ROWS_256X4 leaves them on the old shape) */
+        const ng_row_launch lf1 = ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_fwd_mode(xd));
         const ng_row_launch lz =
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(false, xd));
         const ng_row_launch lp =
@@ -403,6 +405,10 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
             fwd_opts(&o, &lf, fcoop ? &cf : NULL, xd, wi >= 0 ? (int)fl[wi] : -1,
                      bi >= 0 ? (int)fl[bi] : -1);
             s = fn(ctx, "layernorm", &o, user);
+            if (s == NG_SUCCESS && !fcoop) {
+              fwd_opts(&o, &lf1, NULL, xd, wi >= 0 ? (int)fl[wi] : -1, bi >= 0 ? (int)fl[bi] : -1);
+              s = fn(ctx, "layernorm", &o, user);
+            }
             for (int t = 0; t < 4 && s == NG_SUCCESS; t++) { /* trained: none, dW, dB, both */
               const bool dw = t & 1, db = t & 2;
               if ((dw && wi < 0) || (db && bi < 0)) continue;

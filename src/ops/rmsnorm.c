@@ -84,11 +84,13 @@ static bool fwd_coop(bool fused) { return !fused; }
  * (NG_ROWS_PAIRS: up to 512 vectors; bf16 up to 1024, NG_ROWS_PAIRS_1K, where f16 lost). Shorter
  * rows measured even with it, the fused add's lost (ng_choose_row_launch_k has the numbers).
  * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4),
- * f16 rows of 961-1024 vectors by groups of 256 × 4, a group a row (NG_ROWS_F16_4). */
+ * rows of 513-1024 vectors (the fused add's too) by groups of 256 × 4, a group a row
+ * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
-  if (fused || xd == NG_F32) return NG_ROWS_FWD;
+  if (xd == NG_F32) return NG_ROWS_FWD;
+  if (fused) return NG_ROWS_FWD | NG_ROWS_256X4;
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
-  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | (xd == NG_F16 ? NG_ROWS_F16_4 : 0);
+  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4;
 }
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
@@ -489,18 +491,21 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
                                    pass == 0 ? fwd_mode(fused, n, fl[xi])
                                              : ng_bwd_mode(pass == 2, fl[xi]));
-          /* with ds_out, NG_ROWS_1K's shape (the grid flags are not build options) */
-          const ng_row_launch l1k =
-              fused && pass > 0
-                  ? ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                         ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)
-                  : l0;
+          /* a second launch (the grid flags are not build options): the backward's with ds_out,
+           * NG_ROWS_1K's shape; the forward's of a few rows, which NG_ROWS_256X4 leaves on the
+           * old shape */
+          const ng_row_launch l2 =
+              pass == 0 ? ng_choose_row_launch(ctx, 1, n, aligned != 0, fwd_mode(fused, n, fl[xi]))
+              : fused   ? ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
+                                               ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)
+                        : l0;
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
-            for (int ds = 0; ds <= (fused && pass > 0); ds++) { /* ds_out given or not */
-              const ng_row_launch l = ds ? l1k : l0;
+            for (int v = 0; v <= (pass == 0 || fused); v++) {
+              const int ds = pass > 0 && v; /* ds_out given or not */
+              const ng_row_launch l = v ? l2 : l0;
               ng_coop cp; /* rows split across groups: instead of l */
               const bool coop =
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
