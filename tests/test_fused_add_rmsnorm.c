@@ -232,6 +232,11 @@ static void test_shapes(void **state) {
   fa_case h = {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f,
                1e-6f, 8};
   run_case(&h);
+  /* 16-bit rows of 513-1024 vectors, more rows than an H100 has compute units: on NVIDIA the
+   * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
+  fa_case w = {300, 6000, NG_BF16, NG_F32, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f,
+               1e-6f, 10};
+  run_case(&w);
   /* an offset that breaks the 16-byte alignment of one tensor only takes the scalar path */
   fa_case c = {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9};
   run_case(&c);
