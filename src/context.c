@@ -305,6 +305,12 @@ static size_t dw_groups_per_cu(size_t wg, size_t reg) {
  *    compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
  *    group per unit (two would not fit in the registers: the tuner measured 1.14-1.17x at
  *    16384 from this alone); past 2048 vectors the work splits by columns (ng_col_split). */
+size_t ng_variant_n(size_t i) {
+  if (i <= 26) return (size_t)1 << i;
+  const size_t wg = 288 + 32 * (i - 27);
+  return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
+}
+
 size_t ng_max_pow2_wg(const ng_context *ctx) {
   size_t wg = 1;
   while (wg * 2 <= ctx->info.max_wg && wg * 2 <= 1024) wg *= 2;
@@ -322,7 +328,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
-            NG_ROWS_HOLD4 | NG_ROWS_256X4);
+            NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -368,6 +374,13 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                       (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16) && d->nv_shfl &&
                       l.vec == 8 && nv > 512 && nv <= 1024 && maxwg >= 256 &&
                       rows > d->compute_units && rows != SIZE_MAX;
+  const size_t fit2_wg = ((nv + 1) / 2 + 31) / 32 * 32; /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
+  const bool f768 = (flags & NG_ROWS_FIT2) != 0;
+  const size_t fit2_max = f768 ? NG_FIT2_MAX : (flags & NG_ROWS_FIT2_640) ? NG_FIT2_640_MAX : 0;
+  const size_t fit2_rows = f768 ? NG_FIT2_MIN_ROWS_PER_CU : NG_FIT2_640_MIN_ROWS_PER_CU;
+  const bool fit2 = d->nv_shfl && x16 && l.vec == 8 && nv > 512 && nv <= fit2_max &&
+                    fit2_wg <= d->max_wg && rows > fit2_rows * d->compute_units &&
+                    (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -385,6 +398,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     while (wg < maxwg && wg < 512 && wg * per < nv) wg *= 2;
     while (reg < 4 && wg * reg < nv) reg *= 2;
     if (wide1k) wg = 1024, reg = 1; /* NG_ROWS_1K */
+    if (fit2) wg = fit2_wg, reg = 2;  /* NG_ROWS_FIT2 */
   }
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
@@ -475,6 +489,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   } else {
     prefetch = true;
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
+    if (fit2 && l.wg == fit2_wg && l.reg_cols == 2 && in_regs) per = 2; /* NG_ROWS_FIT2 */
     if (few && d->nv_shfl) per = (3 * per + 3) / 4; /* NG_ROWS_FEW, measured on NVIDIA */
     g = (size_t)d->compute_units * per;
   }
@@ -538,15 +553,15 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
   return NG_SUCCESS;
 }
 
-ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                                  size_t sections, size_t row_floats, size_t hold, unsigned xflags,
-                                  size_t *bytes) {
+ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, int mode_flags,
+                                  size_t rows, size_t n, size_t sections, size_t row_floats,
+                                  size_t hold, unsigned xflags, size_t *bytes) {
   ng_status s = NG_SUCCESS;
   *bytes = 0;
   for (int i = 0; i < 4 && s == NG_SUCCESS; i++) { /* vector-aligned or not × f32 or 16-bit */
     const ng_dtype xd = i & 2 ? NG_BF16 : NG_F32;
     const ng_row_launch l =
-        ng_choose_row_launch_k(ctx, kind, rows, n, i & 1, ng_bwd_mode(true, xd));
+        ng_choose_row_launch_k(ctx, kind, rows, n, i & 1, ng_bwd_mode(true, xd) | mode_flags);
     size_t b = 0, bc = 0;
     s = ng_partials_scratch(ctx, &l, rows, n, sections, row_floats, &b);
     /* the rows split across groups, where they may be (a queue without a counter area falls

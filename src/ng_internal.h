@@ -260,11 +260,12 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
                               size_t sections, size_t row_floats, size_t *bytes);
 /* The largest scratch of the backward-with-dW launches of `kind` for any buffer alignment and x
  * dtype (a scratch-size query knows neither; both pick the launch): ng_partials_scratch, and
- * ng_coop_partials where the rows may be split across groups (`hold`, `xflags`: what calls of
- * `kind` pass to ng_coop_plan, the smallest hold where they differ). */
-ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, size_t rows, size_t n,
-                                  size_t sections, size_t row_floats, size_t hold, unsigned xflags,
-                                  size_t *bytes);
+ * ng_coop_partials where the rows may be split across groups (`mode_flags`: the launch flags of
+ * the op's calls with the most groups; `hold`, `xflags`: what calls of `kind` pass to
+ * ng_coop_plan, the smallest hold where they differ). */
+ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, int mode_flags,
+                                  size_t rows, size_t n, size_t sections, size_t row_floats,
+                                  size_t hold, unsigned xflags, size_t *bytes);
 /* Rows beyond a launch's registers (bf16, and f32 / f16 where the op says), each split across
  * `slices` work-groups that exchange their shares of the row sum (cl/rmsnorm.cl, RMS_COOP): the
  * launch of its kernel (`l`, groups = slices · sets), and the rows of dW partials it leaves
@@ -512,11 +513,48 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * keep the old launch. The tuner found it for f16 rows of 8192 (LayerNorm 1.20x, RMSNorm 1.15x).
  * docs/tuning.md has the rest. */
 #define NG_ROWS_256X4 0x80000
+/* Added to NG_ROWS_BWD_DW and NG_ROWS_BWD_FROZEN alike (the shape fixes dx's bits) by RMSNorm's
+ * backward and the fused add's without ds_out (the same kernel): on NVIDIA, 16-bit rows of
+ * 513-NG_FIT2_MAX vectors (N = 4104-6144) held two vectors a work-item by a group as wide as half
+ * the row rounded up to a warp (288 work-items at N = 4608, 384 at 6144: not a power of two,
+ * which only NVIDIA's warp-shuffle sums take), two groups a compute unit with dW, instead of
+ * 512 × 2 on one: the row fills the slots, and two such groups fit in the registers. Their dW
+ * partials are summed by the separate launch (rms_fuse_rule). H100, rows·N = 2^25, backward with
+ * dW, the binary before and this one alternating, two runs: bf16 4608 98.4-99.1 -> 81.8-82.4 us
+ * (0.70 -> 0.84), 5120 94.3-95.0 -> about 82, 5632 92.0-92.5 -> 81.9-82.1 (0.75 -> 0.84), 6144
+ * 89.8-90.7 -> 83.2-83.5 (0.76 -> 0.82-0.83); f16 alike; weight frozen even (76-78 us). Rows of
+ * 832 vectors and more lost (6656 88.0 -> 95.5-96.6, 7168 86.0 -> 94.1-94.4, 8192 85.7-87.3 ->
+ * 91.0-92.2): two groups of 416 work-items or more no longer fit the registers. */
+#define NG_ROWS_FIT2 0x100000
+#define NG_FIT2_MAX 768
+/* The same for LayerNorm's backward, up to NG_FIT2_640_MAX vectors (N = 4104-5120), in calls of
+ * more than NG_FIT2_640_MIN_ROWS_PER_CU rows a compute unit: its dW and dB sums leave room for
+ * two groups of fewer. Its partials are summed where its rule says (in the kernel at these
+ * shapes). H100, bf16, rows·N = 2^25, the binary before and this one alternating, two runs: with
+ * dW and dB 4160 103.9-106.2 -> 87.3-87.6 us (0.66 -> 0.79), 4608 97.3-98.2 -> 89.1 (0.70 ->
+ * 0.77), 5120 94.4-95.2 -> 87.6 (0.73 -> 0.79), f16 5120 104.8-105.3 -> 87.6-88.5 (0.66 ->
+ * 0.78-0.79); dB alone 4160 99.4-100.7 -> 81.0-81.8 (0.68 -> 0.84), 4608 94.4-95.6 -> 82.3-83.0,
+ * 5120 92.6-92.7 -> 85.1-86.3; both frozen 4608 79.7-81.0 -> 76.3-77.0. Rows of 704 vectors lost
+ * (5632: 92.3-93.2 -> 100.9-101.2 under NORMGRAD_TUNE), and so did 1100 rows of 4608 (30.2-30.9
+ * -> 34.2-34.8 us; 2112 rows even, 300 rows even). */
+#define NG_ROWS_FIT2_640 0x200000
+#define NG_FIT2_640_MAX 640
+#define NG_FIT2_640_MIN_ROWS_PER_CU 16
+/* ... in calls of more rows than this many per compute unit: the two groups' partial rows and
+ * their separate sum cost calls of a few rows more than they gain (H100, bf16, rows of 4608 and
+ * 6144 with dW, two runs: 132-528 rows 14.1-22.7 -> 16.5-25.1 us, 1056 rows 26.8-30.4 ->
+ * 26.0-31.6, 2112 rows 41.0-44.4 -> 35.3-43.7). */
+#define NG_FIT2_MIN_ROWS_PER_CU 8
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    int mode);
+/* The i-th row length whose launches may differ, for the ops' variant lists: every power of two
+ * up to 2^26 (on GPUs the work-group size grows with the row length), then one for each of
+ * NG_ROWS_FIT2's group sizes (288, 320, … work-items: rows of twice as many vectors); 0 after
+ * the last. */
+size_t ng_variant_n(size_t i);
 
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what

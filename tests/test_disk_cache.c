@@ -856,12 +856,14 @@ static bool listed_opts(const opt_set *s, const ng_opts *o) {
 }
 
 ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
 
 static void test_prebuild_gpu_shapes(void **state) {
   (void)state;
   ng_context *c = ctx_with(NULL);
   c->info.type = CL_DEVICE_TYPE_GPU; /* the launch choice reads only these facts */
   c->info.max_wg = 1024;
+  c->info.nv_shfl = c->info.nv_bf16 = false; /* a GPU without NVIDIA's rules (below: with them) */
   static opt_set set;
   set.n = 0;
   NG_OK(ng_rmsnorm_for_each_variant(c, collect_opts, &set));
@@ -897,6 +899,39 @@ static void test_prebuild_gpu_shapes(void **state) {
             if (!listed_opts(&set, &o)) fail_msg("n=%zu: '%s' is not enumerated", ns[i], o.text);
           }
   EXPECT_STATS(c, 0, 0, 0, 0, 0, 0);
+  /* NVIDIA's warp sums: the backward's groups of half a 16-bit row of 513-768 vectors (RMSNorm,
+   * NG_ROWS_FIT2) or 513-640 (LayerNorm, NG_ROWS_FIT2_640), rounded up to a warp (not a power of
+   * two), in calls of more than 8 (16) rows a compute unit, 512 × 2 in smaller ones, are each
+   * enumerated for both dtypes */
+  c->info.nv_shfl = true;
+  c->info.compute_units = 132;
+  for (int op = 0; op < 2; op++) {
+    set.n = 0;
+    NG_OK(op ? ng_layernorm_for_each_variant(c, collect_opts, &set)
+             : ng_rmsnorm_for_each_variant(c, collect_opts, &set));
+    const size_t top = op ? 5120 : 6144;
+    for (size_t n = 4104; n <= top + 8; n += 8)
+      for (int xi = 1; xi < 3; xi++)
+        for (int dw = 0; dw < 4; dw++) {
+          const bool many = dw < 2; /* 2^20 rows, else 1056 (2112) */
+          const ng_row_launch l = ng_choose_row_launch(
+              c, many ? (size_t)1 << 20 : op ? 2112 : 1056, n, true,
+              ng_bwd_mode(dw % 2, fl[xi]) | (op ? NG_ROWS_FIT2_640 : NG_ROWS_FIT2));
+          const bool fit = many && n <= top;
+          assert_int_equal(l.wg, fit ? (unsigned)((n / 8 + 1) / 2 + 31) / 32 * 32 : 512);
+          assert_int_equal(l.reg_cols, 2);
+          if (dw % 2) assert_int_equal(l.groups, fit ? 264 : 132);
+          char wg[32], dt[32];
+          snprintf(wg, sizeof wg, "-DWG=%u -DREG=2 ", l.wg);
+          snprintf(dt, sizeof dt, "-DDTYPE=%d ", (int)fl[xi]);
+          bool found = false;
+          for (int i = 0; i < set.n && !found; i++)
+            found = strstr(set.keys[i], wg) && strstr(set.keys[i], dt) &&
+                    strstr(set.keys[i], dw % 2 ? "-DCOMPUTE_DW=1" : "-DCOMPUTE_DW=0");
+          if (!found)
+            fail_msg("op %d, n=%zu, dtype %d, dW %d: '%s' not enumerated", op, n, xi, dw, wg);
+        }
+  }
   ng_context_release(c);
 }
 

@@ -237,6 +237,11 @@ static void test_shapes(void **state) {
   fa_case w = {300, 6000, NG_BF16, NG_F32, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f,
                1e-6f, 10};
   run_case(&w);
+  /* and the backward without ds_out: groups of half the row rounded up to a warp (NG_ROWS_FIT2;
+   * with ds_out the rows above take NG_ROWS_1K) */
+  fa_case f = {1100, 4160, NG_BF16, NG_F32, NG_CAST_LLAMA, false, true, false, false, 0, 0.0f,
+               1e-6f, 11};
+  run_case(&f);
   /* an offset that breaks the 16-byte alignment of one tensor only takes the scalar path */
   fa_case c = {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9};
   run_case(&c);

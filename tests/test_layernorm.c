@@ -263,6 +263,22 @@ static void test_shapes(void **state) {
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   c = make_case(300, 6000, NG_BF16, NG_F32, &PARAMS[1], 0, 10);
   run_case(&c);
+  /* 16-bit rows of 513-640 vectors in the backward, more than 16 rows an H100 compute unit: on
+   * NVIDIA groups of half the row rounded up to a warp, two a compute unit (NG_ROWS_FIT2_640:
+   * 288 work-items at 4608, 288 at 4160 and 320 at 5000 with idle second slots): both trained,
+   * partials summed in the kernel (2; its tree takes 256 of 288 work-items) and separately (1);
+   * dB alone; both frozen */
+  ng_test_env *e = ng_test_env_get();
+  for (unsigned red = 1; red <= 2; red++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, red));
+    c = make_case(2200, 4608, NG_BF16, NG_F32, &PARAMS[red - 1], 0, 10 + red);
+    run_case(&c);
+  }
+  ng_test_reset_overrides(e->ctx);
+  c = make_case(2200, 4160, NG_F16, NG_BF16, &PARAMS[2], 8, 13);
+  run_case(&c);
+  c = make_case(2200, 5000, NG_BF16, NG_F32, &PARAMS[6], 0, 14);
+  run_case(&c);
   /* an offset that breaks the 16-byte alignment of the parameters only: scalar path */
   c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
   run_case(&c);

@@ -197,6 +197,22 @@ static void test_shapes(void **state) {
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   rms_case h = {300, 6000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 120};
   run_case(&h);
+  /* 16-bit rows of 513-768 vectors in the backward, more than 8 rows an H100 compute unit: on
+   * NVIDIA groups of half the row rounded up to a warp, not a power of two, two a compute unit
+   * (NG_ROWS_FIT2: 288 work-items of two vectors at 4608; 288 at 4160, the last 56 with one; 384
+   * at 6000, the last 18 with one), dW summed by a separate launch (1, the default there) and in
+   * the kernel (2, whose tree takes 256 of 288 work-items) */
+  ng_test_env *e = ng_test_env_get();
+  const size_t fit[][2] = {{1100, 4608}, {1100, 4160}, {1100, 6000}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(fit); i++)
+    for (unsigned red = 1; red <= 2; red++) {
+      NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, red));
+      rms_case f = {fit[i][0], fit[i][1], i == 1 ? NG_F16 : NG_BF16, red == 1 ? NG_F32 : NG_BF16,
+                    (ng_casting_mode)i, false, red == 2, i == 2 ? 8 : 0, 0.0f, 1e-6f,
+                    130 + 2 * i + red};
+      run_case(&f);
+    }
+  ng_test_reset_overrides(e->ctx);
 }
 
 /* The GPU-shaped kernels (a row per work-group, local-memory reductions, dW in registers or in

@@ -138,7 +138,7 @@ static int ln_fwd_mode(ng_dtype xd) {
   return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? 0 : NG_ROWS_256X4);
 }
 static int ln_bwd_mode(bool partials, ng_dtype xd) {
-  return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K;
+  return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640;
 }
 
 /* mean[rows] and rstd[rows], f32. */
@@ -224,8 +224,8 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  s = ng_partials_scratch_any(ctx, "layernorm.bwd", p->rows, p->n, sections, 2, 0, LN_COOP_X,
-                              bytes);
+  s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640, p->rows, p->n, sections, 2,
+                              0, LN_COOP_X, bytes);
   /* the split rows' own slices (ln_coop_plan): vector rows, bf16, f16 (bf16's slices, with
    * more groups than bf16's with gradients) or f32, whose launch may hold fewer vectors */
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
@@ -374,28 +374,33 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   return s;
 }
 
-/* Every program a LayerNorm call can pick on ctx's device: per alignment and row length (powers
- * of two: on GPUs the work-group grows with the row), x dtype × weight (absent or a dtype) ×
- * bias (absent, the weight's dtype, or any dtype without a weight) for the forward; for the
- * backward each trained subset of those parameters (none trained is the frozen launch), with the
- * in-kernel reduction where the launch takes it; and the gradient reductions. */
+/* Every program a LayerNorm call can pick on ctx's device: per alignment and row length
+ * (ng_variant_n's: on GPUs the work-group grows with the row), x dtype × weight (absent or a
+ * dtype) × bias (absent, the weight's dtype, or any dtype without a weight) for the forward; for
+ * the backward each trained subset of those parameters (none trained is the frozen launch), in
+ * calls of many rows and of a few, with the in-kernel reduction where the launch takes it; and
+ * the gradient reductions. */
 ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
   static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
   ng_status s = NG_SUCCESS;
   for (int aligned = 1; aligned >= 0; aligned--)
-    for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2)
+    for (size_t ni = 0, n; (n = ng_variant_n(ni)) != 0; ni++)
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
         const ng_dtype xd = fl[xi];
         const ng_row_launch lf =
             ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_fwd_mode(xd));
         /* a few rows' (NG_ROWS_256X4 leaves them on the old shape) */
         const ng_row_launch lf1 = ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_fwd_mode(xd));
-        const ng_row_launch lz =
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(false, xd));
-        const ng_row_launch lp =
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ng_bwd_mode(true, xd));
+        /* the backward's of many rows and of a few (NG_ROWS_FIT2_640 leaves them on the old
+         * shape), frozen (z) or with partials (p) */
+        const ng_row_launch lz[2] = {
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(false, xd)),
+            ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_bwd_mode(false, xd))};
+        const ng_row_launch lp[2] = {
+            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(true, xd)),
+            ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_bwd_mode(true, xd))};
         size_t nb, rg;
-        const bool split = ng_col_split(ctx, &lp, (size_t)1 << 20, n, &nb, &rg);
+        const bool split = ng_col_split(ctx, &lp[0], (size_t)1 << 20, n, &nb, &rg);
         ng_coop cf; /* the forward's, instead of lf */
         const bool fcoop = ln_fwd_coop_plan(ctx, &lf, xd, (size_t)1 << 20, n, &cf);
         for (int wi = -1; wi < 3 && s == NG_SUCCESS; wi++)
@@ -409,11 +414,12 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
               fwd_opts(&o, &lf1, NULL, xd, wi >= 0 ? (int)fl[wi] : -1, bi >= 0 ? (int)fl[bi] : -1);
               s = fn(ctx, "layernorm", &o, user);
             }
-            for (int t = 0; t < 4 && s == NG_SUCCESS; t++) { /* trained: none, dW, dB, both */
+            /* trained: none, dW, dB, both; in a call of many rows, then of a few */
+            for (int t = 0; t < 8 && s == NG_SUCCESS; t++) {
               const bool dw = t & 1, db = t & 2;
               if ((dw && wi < 0) || (db && bi < 0)) continue;
               const bool part = dw || db;
-              const ng_row_launch *l = part ? &lp : &lz;
+              const ng_row_launch *l = part ? &lp[t / 4] : &lz[t / 4];
               ng_coop cp; /* rows split across groups: instead of l */
               const ng_coop *c =
                   ln_coop_plan(ctx, l, xd, (size_t)1 << 20, n, dw, db, &cp) ? &cp : NULL;

@@ -260,8 +260,9 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  /* without NG_ROWS_1K, whose grid of one group a unit needs fewer partial rows */
-  return ng_partials_scratch_any(ctx, rms_kind(fused, true), p->rows, p->n, 1, 1,
+  /* with NG_ROWS_FIT2's two groups a unit (a call without ds_out); without NG_ROWS_1K and
+   * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
+  return ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2, p->rows, p->n, 1, 1,
                                  coop_hold(fused, true), coop_x(fused), bytes);
 }
 
@@ -282,7 +283,9 @@ ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_par
  * even; with the grid of the other ops (before NG_ROWS_FEW): 2048 105.5-107.2 -> 104.6-105.7,
  * 8192 111.8-113.2 -> 111.6-115.0, 4096 106.1-106.6 -> 118.6-119.9 (there the time went to the
  * groups' arrival: a measurement build without the reducers' loads still took 119.3). */
-static ng_fused_rule rms_fuse_rule(bool has_ds, ng_dtype x_dtype, size_t n) {
+static ng_fused_rule rms_fuse_rule(bool has_ds, ng_dtype x_dtype, size_t n,
+                                   const ng_row_launch *l) {
+  if ((l->wg & (l->wg - 1)) != 0) return NG_FUSED_NEVER; /* NG_ROWS_FIT2 (rms_backward) */
   if (!has_ds) return NG_FUSED_BY_SHAPE;
   const bool x16 = x_dtype == NG_BF16 || x_dtype == NG_F16;
   return x16 && n > 64 * 8 && n <= 128 * 8 ? NG_FUSED_ALWAYS : NG_FUSED_NEVER;
@@ -327,7 +330,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
       ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
-          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY) | NG_ROWS_1K : 0));
+          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY) | NG_ROWS_1K : NG_ROWS_FIT2));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
@@ -350,7 +353,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                        &f);
   else if (s == NG_SUCCESS)
     s = ng_fused_plan(ctx, queue, &l, p->n, compute_dw && !split ? 1 : 0,
-                      rms_fuse_rule(has_ds, x.dtype, p->n), dweight, ng_tensor_none(), acc, &f);
+                      rms_fuse_rule(has_ds, x.dtype, p->n, &l), dweight, ng_tensor_none(), acc, &f);
   const bool sep_reduce = compute_dw && !f.on; /* a separate ng_reduce_partials launch */
   ng_opts o;
   bwd_opts(&o, ctx, &l, coop ? &cp : NULL, x.dtype, weight.mem != NULL, weight.dtype, compute_dw,
@@ -475,37 +478,35 @@ ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
   return scratch_size(ctx, &rp, compute_dweight, bytes, true);
 }
 
-/* Every program the RMSNorm (or, with `fused`, the fused add + RMSNorm) calls can pick on this device: x dtype × (no weight, or a weight
- * of each dtype) × forward / frozen backward / backward with dW × each launch shape the device
- * can get (vector width 8 or 1; on GPUs the work-group size grows with the row length, so row
- * lengths of every power of two are asked for), and the dweight reductions. Other shape effects
- * (the group count) are kernel arguments. Duplicates are left to the caller. */
+/* Every program the RMSNorm (or, with `fused`, the fused add + RMSNorm) calls can pick on this
+ * device: x dtype × (no weight, or a weight of each dtype) × forward / frozen backward / backward
+ * with dW × each launch shape the device can get (vector width 8 or 1; ng_variant_n's row
+ * lengths; calls of many rows and of a few), and the dweight reductions. Other shape effects (the
+ * group count) are kernel arguments. Duplicates are left to the caller. */
 static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn, void *user) {
   static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
   ng_status s = NG_SUCCESS;
   for (int pass = 0; pass < 3; pass++) /* forward, frozen backward, backward with dW */
     for (int aligned = 1; aligned >= 0; aligned--)
-      for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2)
+      for (size_t ni = 0, n; (n = ng_variant_n(ni)) != 0; ni++)
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
-          const ng_row_launch l0 =
+          /* the launches (the grid flags are not build options): [0] a call of many rows; [1]
+           * one of a few rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2]
+           * the fused add's backward with ds_out, NG_ROWS_1K's shape */
+          const int mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
+                                     : ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_FIT2;
+          const ng_row_launch ls[3] = {
+              ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, mode),
+              ng_choose_row_launch(ctx, 1, n, aligned != 0, mode),
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                   pass == 0 ? fwd_mode(fused, n, fl[xi])
-                                             : ng_bwd_mode(pass == 2, fl[xi]));
-          /* a second launch (the grid flags are not build options): the backward's with ds_out,
-           * NG_ROWS_1K's shape; the forward's of a few rows, which NG_ROWS_256X4 leaves on the
-           * old shape */
-          const ng_row_launch l2 =
-              pass == 0 ? ng_choose_row_launch(ctx, 1, n, aligned != 0, fwd_mode(fused, n, fl[xi]))
-              : fused   ? ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                               ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)
-                        : l0;
+                                   ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)};
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
-            for (int v = 0; v <= (pass == 0 || fused); v++) {
-              const int ds = pass > 0 && v; /* ds_out given or not */
-              const ng_row_launch l = v ? l2 : l0;
+            for (int v = 0; v < (pass > 0 && fused ? 3 : 2); v++) {
+              const int ds = v == 2; /* ds_out given or not */
+              const ng_row_launch l = ls[v];
               ng_coop cp; /* rows split across groups: instead of l */
               const bool coop =
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
@@ -516,7 +517,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
                                      : ng_fused_wanted(ctx, &l, n, 1,
-                                                       rms_fuse_rule(ds != 0, fl[xi], n)) &&
+                                                       rms_fuse_rule(ds != 0, fl[xi], n, &l)) &&
                                            !ng_col_split(ctx, &l, (size_t)1 << 20, n, &nb, &rg));
               ng_opts o;
               if (pass == 0) fwd_opts(&o, &l, coop ? &cp : NULL, fl[xi], has_w, wd, fused);
