@@ -282,6 +282,15 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
  * group would not fit beside the first in the register file, and would run as a second wave
  * that the first waits for). At least one; three quarters of it for the fused add's backward with
  * ds_out (NG_ROWS_FEW). */
+/* NG_ROWS_FIT2's group for a row of nv vectors: half the row, rounded up to a warp */
+static size_t fit2_group(size_t nv) { return ((nv + 1) / 2 + 31) / 32 * 32; }
+
+size_t ng_variant_n(size_t i) {
+  if (i <= 26) return (size_t)1 << i;
+  const size_t wg = fit2_group(513) + 32 * (i - 27); /* the rule's sizes, from its shortest row */
+  return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
+}
+
 static size_t dw_groups_per_cu(size_t wg, size_t reg) {
   const size_t slots = wg * reg;
   return 1024 / slots > 1 ? 1024 / slots : 1;
@@ -305,12 +314,6 @@ static size_t dw_groups_per_cu(size_t wg, size_t reg) {
  *    compute unit; longer rows 512 work-items with 2 or 4 vectors each and one
  *    group per unit (two would not fit in the registers: the tuner measured 1.14-1.17x at
  *    16384 from this alone); past 2048 vectors the work splits by columns (ng_col_split). */
-size_t ng_variant_n(size_t i) {
-  if (i <= 26) return (size_t)1 << i;
-  const size_t wg = 288 + 32 * (i - 27);
-  return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
-}
-
 size_t ng_max_pow2_wg(const ng_context *ctx) {
   size_t wg = 1;
   while (wg * 2 <= ctx->info.max_wg && wg * 2 <= 1024) wg *= 2;
@@ -374,7 +377,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                       (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16) && d->nv_shfl &&
                       l.vec == 8 && nv > 512 && nv <= 1024 && maxwg >= 256 &&
                       rows > d->compute_units && rows != SIZE_MAX;
-  const size_t fit2_wg = ((nv + 1) / 2 + 31) / 32 * 32; /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
+  const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
   const bool f768 = (flags & NG_ROWS_FIT2) != 0;
   const size_t fit2_max = f768 ? NG_FIT2_MAX : (flags & NG_ROWS_FIT2_640) ? NG_FIT2_640_MAX : 0;
   const size_t fit2_rows = f768 ? NG_FIT2_MIN_ROWS_PER_CU : NG_FIT2_640_MIN_ROWS_PER_CU;

@@ -520,9 +520,10 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * which only NVIDIA's warp-shuffle sums take), two groups a compute unit with dW, instead of
  * 512 × 2 on one: the row fills the slots, and two such groups fit in the registers. Their dW
  * partials are summed by the separate launch (rms_fuse_rule). H100, rows·N = 2^25, backward with
- * dW, the binary before and this one alternating, two runs: bf16 4608 98.4-99.1 -> 81.8-82.4 us
- * (0.70 -> 0.84), 5120 94.3-95.0 -> about 82, 5632 92.0-92.5 -> 81.9-82.1 (0.75 -> 0.84), 6144
- * 89.8-90.7 -> 83.2-83.5 (0.76 -> 0.82-0.83); f16 alike; weight frozen even (76-78 us). Rows of
+ * dW, the binary before and this one alternating, two runs: bf16 4608 98.1-99.9 -> 81.3-81.5 us
+ * (0.70 -> 0.84-0.85), 5120 93.5-94.9 -> 81.2-84.7, 5632 91.4-91.7 -> 80.2-81.9 (0.75 ->
+ * 0.84-0.86), 6144 88.9-89.1 -> 82.2-82.5 (0.77 -> 0.83-0.84); f16 5120 94.6-94.7 -> 81.3-82.6;
+ * weight frozen even (5120: 77.2 -> 74.9-75.4). Rows of
  * 832 vectors and more lost (6656 88.0 -> 95.5-96.6, 7168 86.0 -> 94.1-94.4, 8192 85.7-87.3 ->
  * 91.0-92.2): two groups of 416 work-items or more no longer fit the registers. */
 #define NG_ROWS_FIT2 0x100000
