@@ -632,6 +632,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   c->l = cl;
   c->slices = (unsigned)slices;
   c->sets = (unsigned)sets;
+  c->f16_pack = x_dtype == NG_F16 && (xflags & NG_COOP_F16_PACK) && cl.nv_bf16;
   c->ahead = (x_dtype == NG_BF16 && (xflags & NG_COOP_AHEAD_BF16)) ||
              (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32));
   return true;
@@ -639,6 +640,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
 
 void ng_coop_opts(ng_opts *o, const ng_coop *c) {
   if (c->ahead) ng_opts_add(o, "NG_COOP_AHEAD", 1);
+  if (c->f16_pack) ng_opts_add(o, "NG_F16_PACK", 1);
 }
 
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,

@@ -274,6 +274,7 @@ typedef struct ng_coop {
   ng_row_launch l;
   unsigned slices, sets;
   bool ahead; /* each group publishes the next row's shares before it collects this row's */
+  bool f16_pack; /* f16 rows widened pair by pair (NG_COOP_F16_PACK) */
 } ng_coop;
 /* The rows besides bf16 that an op's split kernel takes (ng_coop_plan's xflags), where each was
  * measured faster split (docs/tuning.md): */
@@ -284,7 +285,10 @@ typedef struct ng_coop {
  * cl/ng_common.clh), where that measured faster: it holds a second row's slice */
 #define NG_COOP_AHEAD_BF16 8u
 #define NG_COOP_AHEAD_F32 16u
-/* The split kernel's build options of plan c (NG_COOP_AHEAD) */
+/* and the f16 rows whose kernel widens its storage bits pair by pair (NG_F16_PACK in
+ * cl/ng_common.clh, NVIDIA), where that measured faster */
+#define NG_COOP_F16_PACK 32u
+/* The split kernel's build options of plan c (NG_COOP_AHEAD, NG_F16_PACK) */
 void ng_coop_opts(ng_opts *o, const ng_coop *c);
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its
  * plan: bf16 vector rows (and those xflags adds) longer than l holds (or than `hold` vectors,

@@ -242,13 +242,22 @@ static void test_workgroup_shape(void **state) {
     run_case(&c);
   }
   /* the forward's launch of 16-bit rows of 513-1024 vectors on NVIDIA (NG_ROWS_256X4): 256 × 4,
-   * a group a row, the last slot partly idle (8000) or empty (6000) */
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 256));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 4));
-  rms_case f = {5, 8000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 410};
-  run_case(&f);
-  rms_case f2 = {6, 6000, NG_BF16, NG_BF16, NG_CAST_GEMMA, false, false, 0, 0.0f, 1e-6f, 411};
-  run_case(&f2);
+   * a group a row, the last slot partly idle (8000) or empty (6000); the backward's 512 × 2
+   * groups with dW: bf16 dy and x held in their storage bits (RAW_ROWS), f16 as floats */
+  const struct {
+    unsigned wg, reg;
+    rms_case c;
+  } held[] = {
+      {256, 4, {5, 8000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 410}},
+      {256, 4, {6, 6000, NG_BF16, NG_BF16, NG_CAST_GEMMA, false, false, 0, 0.0f, 1e-6f, 411}},
+      {512, 2, {3, 8000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, true, 8, 0.5f, 1e-6f, 412}},
+      {512, 2, {4, 8192, NG_F16, NG_BF16, NG_CAST_NONE, false, false, 0, 0.0f, 1e-5f, 413}},
+  };
+  for (size_t i = 0; i < NG_ARRAY_LEN(held); i++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, held[i].wg));
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, held[i].reg));
+    run_case(&held[i].c);
+  }
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));

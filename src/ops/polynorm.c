@@ -103,8 +103,10 @@ static size_t chunk_area(const ng_row_launch *l) {
  * rows·N = 2^25, two runs, with dW: f32 16384 227 -> 163 us, 32768 219-221 -> 172, 65536 246 ->
  * 192, frozen 212 -> 160-161, 202-206 -> 169-170, 241 -> 186, but 8192 154-155 -> 159; f16 8192
  * 86 -> 84-85, 16384 87-88 -> 84, 65536 107-109 -> 89, frozen 85-86 -> 85, 86-88 -> 84-85,
- * 110 -> 89). */
-#define PN_COOP_X (NG_COOP_F32 | NG_COOP_F16)
+ * 110 -> 89). f16 rows widen their bits pair by pair (NG_COOP_F16_PACK; with dW, the binary
+ * before and this one alternating, two runs: 4608 89.6-90.7 -> 82.5-82.6 us, 0.76 -> 0.83; 8192
+ * 83.1-83.5 -> 82.2-82.3; 16384 85.4-85.7 -> 84.6-85.8; 65536 89.3-89.7 -> 86.6-86.7). */
+#define PN_COOP_X (NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK)
 #define PN_COOP_F32_FROM 1024
 
 /* The forward splits bf16 rows beyond 2048 vectors across groups (ng_polynorm_fwd_coop), the

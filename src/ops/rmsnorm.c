@@ -52,10 +52,15 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
   if (fused_red) ng_opts_add(o, "NG_RED_F", red_f);
   /* dy and x in their storage bits where the registers are shortest: measured on the H100
-   * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68). Not elsewhere, where
-   * the compiler's schedule came out slower (fused 8192 with dW 0.82 -> 0.71; frozen 32768,
-   * whose rows stream, 0.77 -> 0.69). */
-  ng_opts_add(o, "RAW_ROWS", compute_dw && l->reg_cols >= 4);
+   * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68), and for bf16 rows in
+   * groups of 512 × 2 with dW without ds_out (N = 6152-8192; H100, the binaries before and with
+   * it alternating, two runs: 8192 84.5-86.1 -> 83.8-83.9 us (0.80-0.81 -> 0.82), 8000
+   * 86.1-86.8 -> 84.4-84.7, 6656 87.2-88.1 -> 85.1-86.6, 7168 85.4-86.1 -> 84.9-85.4; f16 8192
+   * lost, 85.2-85.9 -> 88.9-89.1; two groups a compute unit, which its 64 registers allow, lost:
+   * 93.5-93.7). Not elsewhere, where the compiler's schedule came out slower (fused 8192 with dW
+   * and ds_out 0.82 -> 0.71; frozen 32768, whose rows stream, 0.77 -> 0.69). */
+  const bool raw512 = xd == NG_BF16 && l->reg_cols == 2 && l->wg >= 512 && !has_ds;
+  ng_opts_add(o, "RAW_ROWS", compute_dw && (l->reg_cols >= 4 || raw512));
 }
 
 /* A tensor of `count` elements that must have x's dtype. */
@@ -194,14 +199,22 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * backward, column split or rows streamed twice -> split, two runs: RMSNorm with dW 32768
  * 242 -> 175 us, 65536 242 -> 193, frozen 200 -> 175, 229 -> 193; fused add 283 -> 225, 284 -> 222,
  * frozen 258 -> 225, 272 -> 225); RMSNorm's f16 rows too (65536: 140-142 -> 93, frozen 111 ->
- * 80), not the fused add's (157 -> 197, frozen 137 -> 175). */
+ * 80), and the fused add's since their bits are widened pair by pair (NG_COOP_F16_PACK: its split
+ * kernel had taken 154 registers for f16 rows, one group a compute unit, and lost, 157 -> 197 us
+ * at 65536). With it, H100, rows·N = 2^25, the binary before and this one alternating, two runs:
+ * fused add with dW 16384 133.0-133.7 -> 111.2-112.0 us (0.69 -> 0.82), 32768 158.3-158.4 ->
+ * 114.5-115.1 (0.58 -> 0.80), 65536 157.7-158.5 -> 117.5-117.8 (0.58 -> 0.78); weight frozen
+ * 120.2-120.6 -> 100.1-101.7, 111.4-112.6 -> 102.7-104.3, 137.9-138.0 -> 104.9 (0.66 -> 0.87);
+ * RMSNorm with dW 32768 90.0-90.8 -> 88.8-89.0, 65536 93.2-93.4 -> 91.2-92.1, frozen even (one
+ * run of 89.6 at 65536 against 80.5 in the other). */
 /* RMSNorm's f32 rows also publish each row's sum ahead (ng_coop.ahead; H100, old and new
  * binaries alternating, two runs: with dW 65536 190.3-190.7 -> 159.5-166.2 us (0.72 -> 0.83-0.86),
  * 32768 173.3-173.9 -> 158.3-161.0 (0.79 -> 0.86-0.87), frozen 65536 195.4-195.8 -> 154.4-157.8
  * (0.70 -> 0.87-0.89)); bf16 rows lost with the second slices (with dW 65536 96 -> 149 us, frozen
  * 84.6 -> 121.8, 32768 92.5 -> 117) and f16 ones were not tried. */
 static unsigned coop_x(bool fused) {
-  return fused ? NG_COOP_F32 : NG_COOP_F32 | NG_COOP_F16 | NG_COOP_AHEAD_F32;
+  const unsigned f16 = NG_COOP_F16 | NG_COOP_F16_PACK;
+  return fused ? NG_COOP_F32 | f16 : NG_COOP_F32 | f16 | NG_COOP_AHEAD_F32;
 }
 
 /* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
