@@ -30,7 +30,7 @@ typedef struct ng_device_info {
   char driver[128];
   char platform[256];
   bool nv_shfl; /* NVIDIA: PTX warp shuffles are available to OpenCL C through inline asm */
-  bool nv_bf16; /* NVIDIA, compute capability >= 8.0: PTX cvt.rn.bf16x2.f32 */
+  bool nv_bf16; /* NVIDIA, compute capability >= 8.0: PTX cvt.rn.bf16x2.f32 (and f16 pairs) */
 } ng_device_info;
 
 /* ---- program cache (program_cache.c) ------------------------------------------------------- */
@@ -241,7 +241,7 @@ typedef struct ng_row_launch {
   unsigned reg_cols; /* vector slots per work-item held in registers */
   bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
   bool prefetch;     /* prefetch each group's next row into L2 (NVIDIA PTX) */
-  bool nv_bf16;      /* bf16 rounding by PTX cvt (NVIDIA sm_80+) */
+  bool nv_bf16;      /* NG_NV_BF16: bf16 rounding, f16 pairs widened, by PTX (NVIDIA sm_80+) */
   bool cpu_pf_off;   /* CPU: no prefetch of the streams read from memory (NG_PF_MEM) */
 } ng_row_launch;
 /* A GPU-shaped launch (wg > 1) whose rows of n elements are longer than a group holds in its
