@@ -560,6 +560,9 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
  * NG_ROWS_FIT2's group sizes (288, 320, … work-items: rows of twice as many vectors); 0 after
  * the last. */
 size_t ng_variant_n(size_t i);
+/* Whether RMSNorm's and the fused add's backward on launch l holds dy and x in their storage bits
+ * (RAW_ROWS; src/ops/rmsnorm.c has the measurements) */
+bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, bool has_ds);
 
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what

@@ -895,9 +895,7 @@ static void test_prebuild_gpu_shapes(void **state) {
             if (pass == 2 && ng_fused_wanted(c, &lv, ns[i], 1, NG_FUSED_BY_SHAPE) &&
                 !ng_col_split(c, &lv, (size_t)1 << 20, ns[i], &nb, &rg))
               ng_opts_add(&o, "FUSED_RED", 1);
-            /* rmsnorm.c: dy and x as storage bits with dW at four slots, and bf16 in 512 × 2 */
-            const bool raw512 = fl[xi] == NG_BF16 && l.reg_cols == 2 && l.wg >= 512;
-            if (pass) ng_opts_add(&o, "RAW_ROWS", pass == 2 && (l.reg_cols >= 4 || raw512));
+            if (pass) ng_opts_add(&o, "RAW_ROWS", ng_rms_raw_rows(&l, fl[xi], pass == 2, false));
             if (!listed_opts(&set, &o)) fail_msg("n=%zu: '%s' is not enumerated", ns[i], o.text);
           }
   EXPECT_STATS(c, 0, 0, 0, 0, 0, 0);

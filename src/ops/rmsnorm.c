@@ -33,6 +33,19 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
   if (cp) ng_coop_opts(o, cp);
 }
 
+/* dy and x in their storage bits where the registers are shortest: measured on the H100
+ * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68), and for bf16 rows in
+ * groups of 512 × 2 with dW without ds_out (N = 6152-8192; H100, the binaries before and with
+ * it alternating, two runs: 8192 84.5-86.1 -> 83.8-83.9 us (0.80-0.81 -> 0.82), 8000
+ * 86.1-86.8 -> 84.4-84.7, 6656 87.2-88.1 -> 85.1-86.6, 7168 85.4-86.1 -> 84.9-85.4; f16 8192
+ * lost, 85.2-85.9 -> 88.9-89.1; two groups a compute unit, which its 64 registers allow, lost:
+ * 93.5-93.7). Not elsewhere, where the compiler's schedule came out slower (fused 8192 with dW
+ * and ds_out 0.82 -> 0.71; frozen 32768, whose rows stream, 0.77 -> 0.69). */
+bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype xd, bool compute_dw, bool has_ds) {
+  const bool raw512 = xd == NG_BF16 && l->reg_cols == 2 && l->wg >= 512 && !has_ds;
+  return compute_dw && (l->reg_cols >= 4 || raw512);
+}
+
 /* cp: the plan of rows split across groups (ng_rmsnorm_bwd_coop), or NULL for launch l; only
  * its programs hold that kernel (RMS_BWD_COOP, cl/rmsnorm.cl says why). */
 static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
@@ -51,16 +64,7 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
   if (fused_red) ng_opts_add(o, "NG_RED_F", red_f);
-  /* dy and x in their storage bits where the registers are shortest: measured on the H100
-   * (bf16, 16384: 0.67 -> 0.76 of copy with dW, fused 0.64 -> 0.68), and for bf16 rows in
-   * groups of 512 × 2 with dW without ds_out (N = 6152-8192; H100, the binaries before and with
-   * it alternating, two runs: 8192 84.5-86.1 -> 83.8-83.9 us (0.80-0.81 -> 0.82), 8000
-   * 86.1-86.8 -> 84.4-84.7, 6656 87.2-88.1 -> 85.1-86.6, 7168 85.4-86.1 -> 84.9-85.4; f16 8192
-   * lost, 85.2-85.9 -> 88.9-89.1; two groups a compute unit, which its 64 registers allow, lost:
-   * 93.5-93.7). Not elsewhere, where the compiler's schedule came out slower (fused 8192 with dW
-   * and ds_out 0.82 -> 0.71; frozen 32768, whose rows stream, 0.77 -> 0.69). */
-  const bool raw512 = xd == NG_BF16 && l->reg_cols == 2 && l->wg >= 512 && !has_ds;
-  ng_opts_add(o, "RAW_ROWS", compute_dw && (l->reg_cols >= 4 || raw512));
+  ng_opts_add(o, "RAW_ROWS", ng_rms_raw_rows(l, xd, compute_dw, has_ds));
 }
 
 /* A tensor of `count` elements that must have x's dtype. */
@@ -213,8 +217,7 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * (0.70 -> 0.87-0.89)); bf16 rows lost with the second slices (with dW 65536 96 -> 149 us, frozen
  * 84.6 -> 121.8, 32768 92.5 -> 117) and f16 ones were not tried. */
 static unsigned coop_x(bool fused) {
-  const unsigned f16 = NG_COOP_F16 | NG_COOP_F16_PACK;
-  return fused ? NG_COOP_F32 | f16 : NG_COOP_F32 | f16 | NG_COOP_AHEAD_F32;
+  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (fused ? 0 : NG_COOP_AHEAD_F32);
 }
 
 /* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
