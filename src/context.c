@@ -331,13 +331,15 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const int flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
-            NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640);
+            NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
+            NG_ROWS_W256);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
   const size_t pairs_upto = (flags & NG_ROWS_PAIRS_1K) ? 1024 : 512;
   const bool many = (flags & NG_ROWS_MANY) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const size_t many_upto = (flags & NG_ROWS_MANY_2K) ? 2048 : 1024;
+  const bool many512 = many && (flags & NG_ROWS_MANY_512) != 0;
   const bool poly_dw = (flags & NG_ROWS_POLY_DW) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool poly_db = (flags & NG_ROWS_POLY_DB) != 0 && mode == NG_ROWS_POLY_BWD;
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
@@ -377,6 +379,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                       (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16) && d->nv_shfl &&
                       l.vec == 8 && nv > 512 && nv <= 1024 && maxwg >= 256 &&
                       rows > d->compute_units && rows != SIZE_MAX;
+  const bool w256 = (flags & NG_ROWS_W256) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
+                    l.vec == 8 && nv > NG_W256_MIN && nv <= 256 && maxwg >= 256;
   const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
   const bool f768 = (flags & NG_ROWS_FIT2) != 0;
   const size_t fit2_max = f768 ? NG_FIT2_MAX : (flags & NG_ROWS_FIT2_640) ? NG_FIT2_640_MAX : 0;
@@ -394,6 +398,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       while (reg < NG_FWD_RAW_REG && wg * reg < nv) reg *= 2;
     if (hold4) wg = 1024, reg = 4; /* NG_ROWS_HOLD4 */
     if (w256x4) wg = 256, reg = 4; /* NG_ROWS_256X4 */
+    if (w256) wg = 256, reg = 1;   /* NG_ROWS_W256 (a group a row: nv <= 512 below) */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;
@@ -480,6 +485,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 76.1, the fused add 104.1-104.6. RMSNorm's lost with more groups (74.5 -> 76-78). */
       g = (size_t)d->compute_units * 16;
       prefetch = nv <= 1024; /* NG_ROWS_MANY_2K: without it past 1024 */
+    }
+    if (many512 && nv16 && nv > 256 && nv <= 512 && in_regs && rows != SIZE_MAX) {
+      g = (size_t)d->compute_units * 8; /* NG_ROWS_MANY_512 */
+      prefetch = false;
     }
     if (hold4 && l.wg == 1024 && l.reg_cols == 4 && in_regs && rows != SIZE_MAX) {
       g = (size_t)d->compute_units * 16; /* NG_ROWS_HOLD4: a group a row */
@@ -633,6 +642,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   c->slices = (unsigned)slices;
   c->sets = (unsigned)sets;
   c->f16_pack = x_dtype == NG_F16 && (xflags & NG_COOP_F16_PACK) && cl.nv_bf16;
+  c->bf16_pack = x_dtype == NG_BF16 && (xflags & NG_COOP_BF16_PACK) && cl.nv_bf16;
   c->ahead = (x_dtype == NG_BF16 && (xflags & NG_COOP_AHEAD_BF16)) ||
              (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32));
   return true;
@@ -641,6 +651,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
 void ng_coop_opts(ng_opts *o, const ng_coop *c) {
   if (c->ahead) ng_opts_add(o, "NG_COOP_AHEAD", 1);
   if (c->f16_pack) ng_opts_add(o, "NG_F16_PACK", 1);
+  if (c->bf16_pack) ng_opts_add(o, "NG_BF16_PACK", 1);
 }
 
 ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,

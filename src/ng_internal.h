@@ -274,7 +274,8 @@ typedef struct ng_coop {
   ng_row_launch l;
   unsigned slices, sets;
   bool ahead; /* each group publishes the next row's shares before it collects this row's */
-  bool f16_pack; /* f16 rows widened pair by pair (NG_COOP_F16_PACK) */
+  bool f16_pack;  /* f16 rows widened pair by pair (NG_COOP_F16_PACK) */
+  bool bf16_pack; /* bf16 rows widened pair by pair (NG_COOP_BF16_PACK) */
 } ng_coop;
 /* The rows besides bf16 that an op's split kernel takes (ng_coop_plan's xflags), where each was
  * measured faster split (docs/tuning.md): */
@@ -288,7 +289,9 @@ typedef struct ng_coop {
 /* and the f16 rows whose kernel widens its storage bits pair by pair (NG_F16_PACK in
  * cl/ng_common.clh, NVIDIA), where that measured faster */
 #define NG_COOP_F16_PACK 32u
-/* The split kernel's build options of plan c (NG_COOP_AHEAD, NG_F16_PACK) */
+/* and the bf16 rows likewise (NG_BF16_PACK) */
+#define NG_COOP_BF16_PACK 64u
+/* The split kernel's build options of plan c (NG_COOP_AHEAD, NG_F16_PACK, NG_BF16_PACK) */
 void ng_coop_opts(ng_opts *o, const ng_coop *c);
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its
  * plan: bf16 vector rows (and those xflags adds) longer than l holds (or than `hold` vectors,
@@ -550,6 +553,26 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 6144 with dW, two runs: 132-528 rows 14.1-22.7 -> 16.5-25.1 us, 1056 rows 26.8-30.4 ->
  * 26.0-31.6, 2112 rows 41.0-44.4 -> 35.3-43.7). */
 #define NG_FIT2_MIN_ROWS_PER_CU 8
+/* With NG_ROWS_MANY, the fused add's (its frozen backward with ds_out): rows of 257-512 vectors
+ * (bf16 N = 2056-4096, 256 × 2) on a grid of 8 groups a compute unit without the prefetch instead
+ * of a group a row. The tuner found it. H100, weight frozen, rows·N = 2^25, the binary before and
+ * this one alternating, two runs: bf16 4096 99.9-100.6 -> 97.4 us (0.91-0.92 -> 0.94), 3584
+ * 102.1-102.4 -> 98.6-99.1 (0.90 -> 0.93), 3072 104.3-105.1 -> 101.8-102.5 (0.87 -> 0.90), 2560
+ * 108.0-109.5 -> 106.9-107.2; f16 4096 99.7-99.9 -> 96.8-97.2; 2000 rows of 4096 35.8-36.8 ->
+ * 34.1-34.9, 1100 and 4000 rows even or faster. Under NORMGRAD_TUNE 4 groups a unit took 99.0,
+ * 8 with the prefetch 105-106; RMSNorm's and PolyNorm's frozen backward were even with it. The
+ * grid is not a build option of a frozen backward. */
+#define NG_ROWS_MANY_512 0x400000
+/* Added to NG_ROWS_FWD by the fused add's forward: on NVIDIA, rows of NG_W256_MIN + 1 to 256
+ * vectors (N = 1800-2048) held by 256 work-items of one vector each, a group a row, instead of
+ * 128 × 2. The tuner found it. H100, rows·N = 2^25, the binary before and this one alternating,
+ * two runs: bf16 2048 96.8-96.9 -> 95.6 us (0.95 -> 0.96), 1920 97.1-98.1 -> 95.9 (0.95 ->
+ * 0.96), 1800 97.4-98.5 -> 96.4-98.5; f16 2048 97.5-97.6 -> 96.5-97.5; 100 rows of 2048 8.5 ->
+ * 7.6-8.1, 1000 rows even. 1536 (192 vectors, a quarter of the work-items idle) lost, 96.2-96.5
+ * -> 98.1-98.4, hence the lower bound (1792 is even either way). RMSNorm's, LayerNorm's and
+ * PolyNorm's forward lost 3-12 us with it at 2048. */
+#define NG_ROWS_W256 0x800000
+#define NG_W256_MIN 224
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -97,7 +97,7 @@ static bool fwd_coop(bool fused) { return !fused; }
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD;
-  if (fused) return NG_ROWS_FWD | NG_ROWS_256X4;
+  if (fused) return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256;
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
   return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4;
 }
@@ -216,8 +216,16 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * 32768 173.3-173.9 -> 158.3-161.0 (0.79 -> 0.86-0.87), frozen 65536 195.4-195.8 -> 154.4-157.8
  * (0.70 -> 0.87-0.89)); bf16 rows lost with the second slices (with dW 65536 96 -> 149 us, frozen
  * 84.6 -> 121.8, 32768 92.5 -> 117) and f16 ones were not tried. */
-static unsigned coop_x(bool fused) {
-  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (fused ? 0 : NG_COOP_AHEAD_F32);
+/* The fused add's bf16 rows with ds_out are widened pair by pair too (NG_COOP_BF16_PACK: 124 ->
+ * 117 registers). H100, bf16, rows·N = 2^25, the binary before and this one alternating, two
+ * runs: with dW 16384 114.2-115.1 -> 111.1 us (0.80 -> 0.82-0.83), 32768 115.2-115.4 -> 113.6-113.7
+ * (0.79 -> 0.80), 65536 119.4-120.1 -> 116.7-117.3 (0.77 -> 0.78); weight frozen 101.7-102.5 ->
+ * 100.7-100.9, 103.2-103.8 -> 102.6, 105.6-106.1 -> 104.4-104.9. Without ds_out (RMSNorm's
+ * kernel) it was not timed, and RMSNorm's own split backward was even or slower with it (65536
+ * with dW 92.7-93.3 -> 93.4-94.8 us). */
+static unsigned coop_x(bool fused, bool has_ds) {
+  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (fused ? 0 : NG_COOP_AHEAD_F32) |
+         (fused && has_ds ? NG_COOP_BF16_PACK : 0);
 }
 
 /* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
@@ -235,9 +243,9 @@ static unsigned coop_x(bool fused) {
 static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
                          bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
   return (!fused && xd == NG_BF16 &&
-          ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused) | NG_COOP_AHEAD_BF16, 2, 2,
-                             dw ? 2 : 3, c)) ||
-         ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused), c);
+          ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16,
+                             2, 2, dw ? 2 : 3, c)) ||
+         ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused, has_ds), c);
 }
 
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
@@ -279,7 +287,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   /* with NG_ROWS_FIT2's two groups a unit (a call without ds_out); without NG_ROWS_1K and
    * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
   return ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2, p->rows, p->n, 1, 1,
-                                 coop_hold(fused, true), coop_x(fused), bytes);
+                                 coop_hold(fused, true), coop_x(fused, true), bytes);
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
@@ -341,12 +349,13 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   /* a frozen backward keeps no partials, so it may use the forward's larger grid (but one
    * group a unit for rows of four slots: NG_ROWS_ONE); the fused add's with ds_out fewer groups
-   * with dW (NG_ROWS_FEW) and more frozen (NG_ROWS_MANY), and 1024 × 1 for 16-bit rows of
-   * 513-1024 vectors (NG_ROWS_1K) */
+   * with dW (NG_ROWS_FEW) and more frozen (NG_ROWS_MANY, NG_ROWS_MANY_512), and 1024 × 1 for
+   * 16-bit rows of 513-1024 vectors (NG_ROWS_1K) */
   const ng_row_launch l = ng_choose_row_launch_k(
       ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
       ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
-          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY) | NG_ROWS_1K : NG_ROWS_FIT2));
+          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
+                  : NG_ROWS_FIT2));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
