@@ -485,6 +485,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 76.1, the fused add 104.1-104.6. RMSNorm's lost with more groups (74.5 -> 76-78). */
       g = (size_t)d->compute_units * 16;
       prefetch = nv <= 1024; /* NG_ROWS_MANY_2K: without it past 1024 */
+      /* NG_ROWS_MANY_2K (LayerNorm's): rows of 513-1024 vectors a group a row. The prefetch
+       * stays in the program, where nothing is left for it to ask for, as measured. */
+      if ((flags & NG_ROWS_MANY_2K) && nv <= 1024) g = rows;
     }
     if (many512 && nv16 && nv > 256 && nv <= 512 && in_regs && rows != SIZE_MAX) {
       g = (size_t)d->compute_units * 8; /* NG_ROWS_MANY_512 */

@@ -476,7 +476,12 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 512 × 4), without the prefetch there. H100, both parameters frozen, rows·N = 2^25, the grid
  * under NORMGRAD_TUNE beside the default, two runs: bf16 78.4-78.9 -> 75.2-75.8 us (0.87 ->
  * 0.91), f16 81.2-81.5 -> 75.8-76.8 (0.85 -> 0.90-0.91); with the prefetch 76.9, 8 groups a
- * unit 75.6-77.0. */
+ * unit 75.6-77.0. And for its rows of 513-1024 vectors (N = 4104-8192) a group a row instead of
+ * 16 a compute unit, which the tuner found at 8192 (1.04x). The binary before and this one
+ * alternating, two runs: 8192 75.9-76.4 -> 74.0-74.3 us (0.90-0.91 -> 0.92-0.93), 8192 rows of
+ * 8192 145.9-146.8 -> 138.0-138.4 (0.94 -> 0.99), 7168 76.2-76.4 -> 74.3-74.5, 6144 77.1-77.9 ->
+ * 75.4-76.1, f16 8192 76.4-76.5 -> 75.0-77.5, 1000 rows even (up to 2112 rows the grids are the
+ * same); under NORMGRAD_TUNE, three runs, 5632 77.7-78.3 -> 76.3-77.4. */
 #define NG_ROWS_MANY_2K 0x20000
 /* Added to NG_ROWS_POLY_BWD (with NG_ROWS_X16) by PolyNorm's backward with dweight: on NVIDIA,
  * rows of 128-512 vectors (bf16 N = 1024-4096) prefetch the group's next row. NG_ROWS_POLY_DB,

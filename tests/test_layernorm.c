@@ -279,6 +279,10 @@ static void test_shapes(void **state) {
   run_case(&c);
   c = make_case(2200, 5000, NG_BF16, NG_F32, &PARAMS[6], 0, 14);
   run_case(&c);
+  /* both frozen on rows of 641-1024 vectors, more rows than 16 a compute unit: on NVIDIA a group
+   * a row (NG_ROWS_MANY_2K) */
+  c = make_case(2200, 7000, NG_BF16, NG_F32, &PARAMS[6], 0, 15);
+  run_case(&c);
   /* an offset that breaks the 16-byte alignment of the parameters only: scalar path */
   c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
   run_case(&c);
