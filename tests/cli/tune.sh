@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # normgrad-cli tune: usage errors exit 2 before any device work; a dry run reports every pass
 # and writes nothing; a real run agrees with what it says it stored (tuning.txt has the line
-# exactly when it printed "stored: yes"); the JSON output is one object per (N, pass).
+# exactly when it reported "stored": true, which needs a confirmed gain); the JSON output is one
+# object per (N, pass).
 # Usage: tune.sh PATH/TO/normgrad-cli
 set -u
 CLI=${1:?usage: tune.sh normgrad-cli}
@@ -36,16 +37,28 @@ import json, sys
 d = json.loads(open(sys.argv[1]).read())
 assert d["kind"] == "polynorm" and d["pass"] == "backward" and d["hidden"] == 1000, d
 assert d["candidates"] >= 2 and d["rejected"] == 0 and d["best_ms"] > 0 and d["stored"] is False, d
+assert "confirmed" in d and d["confirmed_speedup"] >= 1.0, d
+assert d["confirmed"] == "default" or d["confirmed_speedup"] * 0.99 > 1.0, d
 PY
 
-expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward --total 32768
-if grep -q "stored: yes" "$T/out"; then
+# a candidate is stored only once confirmed: timed again in turn with the default, its median
+# ratio still 1% faster
+expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward --total 32768 --json
+python3 - "$T/out" <<'PY' || fail "rmsnorm JSON: stored without a confirmed gain"
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+if d["stored"]:
+    assert d["confirmed"] != "default" and d["confirmed_speedup"] * 0.99 > 1.0, d
+else:
+    assert d["confirmed"] == "default" and d["confirmed_speedup"] == 1.0, d
+PY
+if grep -q '"stored":true' "$T/out"; then
   grep -q "rmsnorm.bwd 9 " "$T/cache/tuning.txt" || fail "stored: yes but no rmsnorm.bwd line"
   # the stored values are used: a run with them still computes what the default computes
   expect 0 "$CLI" bench rmsnorm --rows 32 --hidden 1000 --dtype f32
 else
   [ -e "$T/cache/tuning.txt" ] && grep -q "rmsnorm.bwd" "$T/cache/tuning.txt" &&
-    fail "stored: no but tuning.txt has the line"
+    fail "stored: false but tuning.txt has the line"
 fi
 [ $fails = 0 ] && echo "tune.sh: all checks passed"
 exit $fails

@@ -27,8 +27,10 @@ const char cli_tune_usage[] =
     "    ahead), chosen around the device's properties;\n"
     "  - each candidate's outputs must match the built-in default's (relative 2^-6 for 16-bit\n"
     "    outputs, 1e-4 for f32); one that does not is rejected and reported;\n"
-    "  - the rest are timed (median of OpenCL profiling times) and the fastest is stored in\n"
-    "    the cache folder's tuning.txt (unless --dry-run) when it beats the default by >= 1%.\n"
+    "  - the rest are timed (median of OpenCL profiling times); the three fastest that beat\n"
+    "    the default by >= 1% are timed again, four times each in turn with the default, and\n"
+    "    the one whose median ratio still beats it by >= 1% is stored in the cache folder's\n"
+    "    tuning.txt (unless --dry-run).\n"
     "Stored values apply to every dtype, for row lengths in [2^k, 2^(k+1)) of the tuned N.\n"
     "Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still win.\n"
     "  --json   one JSON object per (N, pass) on stdout\n"
@@ -69,6 +71,15 @@ static ng_status apply(ng_context *ctx, const unsigned v[7]) {
   return s;
 }
 
+/* A scan's fastest candidate is not stored on its one median: on the H100 a launch's median
+ * moved by up to 4 % from one timing to the next (a scan once reported 1.04x for the default's
+ * own launch, and LayerNorm's both-frozen backward at 1024 1.03x for a launch 3 % slower in A/B
+ * runs). The CONFIRM_TOP fastest candidates that beat the default by 1 % are timed again, each
+ * alternating with the default CONFIRM_ROUNDS times; the one with the best median of the rounds'
+ * ratios wins if that median still beats the default by 1 %. */
+#define CONFIRM_TOP 3
+#define CONFIRM_ROUNDS 4
+
 /* Median time of `reps` runs (after 2 warm-ups) by the profiling collector. */
 static ng_status time_case(cli_env *env, const cli_bench_case *c, void *state, double *ms) {
   double t[31];
@@ -88,6 +99,25 @@ static ng_status time_case(cli_env *env, const cli_bench_case *c, void *state, d
   if (s != NG_SUCCESS) return s;
   qsort(t, (size_t)reps, sizeof t[0], cmp_d);
   *ms = t[reps / 2];
+  return NG_SUCCESS;
+}
+
+/* The median over CONFIRM_ROUNDS of default time / candidate time, the two timed in turn. */
+static ng_status confirm(cli_env *env, const cli_bench_case *c, void *state, const unsigned def[7],
+                         const unsigned cand[7], double *ratio) {
+  double r[CONFIRM_ROUNDS];
+  ng_status s = NG_SUCCESS;
+  for (int k = 0; k < CONFIRM_ROUNDS && s == NG_SUCCESS; k++) {
+    double td = 0, tc = 0;
+    s = apply(env->ctx, def);
+    if (s == NG_SUCCESS) s = time_case(env, c, state, &td);
+    if (s == NG_SUCCESS) s = apply(env->ctx, cand);
+    if (s == NG_SUCCESS) s = time_case(env, c, state, &tc);
+    r[k] = tc > 0 ? td / tc : 0;
+  }
+  if (s != NG_SUCCESS) return s;
+  qsort(r, CONFIRM_ROUNDS, sizeof r[0], cmp_d);
+  *ratio = 0.5 * (r[(CONFIRM_ROUNDS - 1) / 2] + r[CONFIRM_ROUNDS / 2]);
   return NG_SUCCESS;
 }
 
@@ -301,6 +331,21 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     if (cs[i].ms < cs[best].ms) best = i;
   }
   cli_progress_end(&pr);
+  /* confirm the fastest few (CONFIRM_TOP) against the default before one may be stored */
+  int top[CONFIRM_TOP], ntop = 0, won = 0;
+  double won_ratio = 0;
+  for (int i = 1; i < nc && s == NG_SUCCESS; i++) { /* top[]: ascending times */
+    if (!cs[i].ok || !(cs[i].ms < 0.99 * cs[0].ms)) continue;
+    if (ntop == CONFIRM_TOP && cs[i].ms >= cs[top[CONFIRM_TOP - 1]].ms) continue;
+    int at = ntop < CONFIRM_TOP ? ntop++ : CONFIRM_TOP - 1;
+    for (; at > 0 && cs[top[at - 1]].ms > cs[i].ms; at--) top[at] = top[at - 1];
+    top[at] = i;
+  }
+  for (int k = 0; k < ntop && s == NG_SUCCESS; k++) {
+    double ratio = 0;
+    s = confirm(env, c, state, cs[0].v, cs[top[k]].v, &ratio);
+    if (s == NG_SUCCESS && ratio > won_ratio) won = top[k], won_ratio = ratio;
+  }
   apply(env->ctx, none);
   ng_context_override(env->ctx, NG_TUNE_TABLE, 0);
   for (int i = 0; i < 3; i++) {
@@ -313,15 +358,16 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     return cli_error(rc, "tune %s N=%zu %s: %s", op->name, n, pass, err);
   }
   const double def = cs[0].ms, win = cs[best].ms;
-  const bool store = best != 0 && win < 0.99 * def;
-  char d[128], comment[160];
+  const bool store = won != 0 && won_ratio * 0.99 > 1.0;
+  char d[128], dc[128], comment[160];
   describe(cs[best].v, d, sizeof d);
-  snprintf(comment, sizeof comment, "%.4f ms vs default %.4f ms (%s)", win, def,
-           ng_dtype_name(dt));
-  const char *stored = "no (the default is as fast)";
+  describe(cs[store ? won : 0].v, dc, sizeof dc);
+  snprintf(comment, sizeof comment, "%.4f ms vs default %.4f ms, confirmed %.3fx (%s)",
+           cs[won].ms, def, won_ratio, ng_dtype_name(dt));
+  const char *stored = ntop ? "no (not confirmed)" : "no (the default is as fast)";
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
-    s = ng_tuning_store(env->ctx, kind, n, cs[best].v, comment);
+    s = ng_tuning_store(env->ctx, kind, n, cs[won].v, comment);
     if (s != NG_SUCCESS) {
       rc = cli_fail_status(s, "tune: store", err, sizeof err);
       return cli_error(CLI_DEVICE, "tune %s N=%zu %s: %s", op->name, n, pass, err);
@@ -331,14 +377,15 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   if (json)
     printf("{\"op\":\"%s\",\"kind\":\"%s\",\"pass\":\"%s\",\"hidden\":%zu,\"rows\":%zu,"
            "\"dtype\":\"%s\",\"candidates\":%d,\"rejected\":%d,\"default_ms\":%.6f,"
-           "\"best_ms\":%.6f,\"speedup\":%.4f,\"best\":\"%s\",\"stored\":%s,"
-           "\"worst_agreement\":%.4f}\n",
+           "\"best_ms\":%.6f,\"speedup\":%.4f,\"best\":\"%s\",\"confirmed\":\"%s\","
+           "\"confirmed_speedup\":%.4f,\"stored\":%s,\"worst_agreement\":%.4f}\n",
            op->name, kind, pass, n, rows, ng_dtype_name(dt), nc, rejected, def, win, def / win, d,
-           store && !dry ? "true" : "false", worst_ok);
+           dc, store ? won_ratio : 1.0, store && !dry ? "true" : "false", worst_ok);
   else
     printf("%-18s %-9s N=%-6zu %3d candidates (%d rejected)  default %.4f ms  best %.4f ms "
-           "(%.2fx)  %s  stored: %s\n",
-           op->name, pass, n, nc, rejected, def, win, def / win, d, stored);
+           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s\n",
+           op->name, pass, n, nc, rejected, def, win, def / win, d, dc,
+           store ? won_ratio : 1.0, stored);
   fflush(stdout);
   return CLI_OK;
 }
