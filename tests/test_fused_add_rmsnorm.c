@@ -228,33 +228,25 @@ static void test_shapes(void **state) {
     c.mode = NG_CAST_GEMMA;
     if (shapes[i][0] * shapes[i][1] <= 5000000) run_case(&c);
   }
-  /* f16 rows of 1024 vectors with ds_out (1024 work-items of one vector on NVIDIA: NG_ROWS_1K) */
-  fa_case h = {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f,
-               1e-6f, 8};
-  run_case(&h);
-  /* 16-bit rows of 513-1024 vectors, more rows than an H100 has compute units: on NVIDIA the
-   * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
-  fa_case w = {300, 6000, NG_BF16, NG_F32, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f,
-               1e-6f, 10};
-  run_case(&w);
-  /* and the backward without ds_out: groups of half the row rounded up to a warp (NG_ROWS_FIT2;
-   * with ds_out the rows above take NG_ROWS_1K) */
-  fa_case f = {1100, 4160, NG_BF16, NG_F32, NG_CAST_LLAMA, false, true, false, false, 0, 0.0f,
-               1e-6f, 11};
-  run_case(&f);
-  /* with ds_out and the weight frozen, rows of 257-512 vectors on a grid of fewer groups than
-   * rows (NG_ROWS_MANY_512 on NVIDIA: 1056 groups of 256 × 2 on an H100, 2000 rows); the
-   * forward of rows of 225-256 vectors on 256 work-items of one vector (NG_ROWS_W256), the last
-   * one idle */
-  fa_case m = {2000, 4000, NG_BF16, NG_F32, NG_CAST_GEMMA, true, false, true, false, 0, 0.0f,
-               1e-6f, 12};
-  run_case(&m);
-  fa_case v = {300, 2040, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 8, 0.0f,
-               1e-6f, 13};
-  run_case(&v);
-  /* an offset that breaks the 16-byte alignment of one tensor only takes the scalar path */
-  fa_case c = {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9};
-  run_case(&c);
+  /* Shapes that take NVIDIA's launch rules there (any device runs them):
+   * - f16 rows of 1024 vectors with ds_out: 1024 work-items of one vector (NG_ROWS_1K);
+   * - 16-bit rows of 513-1024 vectors, more rows than an H100 has compute units: the forward's
+   *   256 × 4, a group a row (NG_ROWS_256X4);
+   * - and the backward without ds_out: groups of half the row rounded up to a warp
+   *   (NG_ROWS_FIT2; with ds_out such rows take NG_ROWS_1K);
+   * - with ds_out and the weight frozen, rows of 257-512 vectors on a grid of fewer groups than
+   *   rows (NG_ROWS_MANY_512: 1056 groups of 256 × 2 on an H100, 2000 rows);
+   * - the forward of rows of 225-256 vectors on 256 work-items of one vector (NG_ROWS_W256), the
+   *   last one idle;
+   * and an offset that breaks the 16-byte alignment of one tensor only: the scalar path. */
+  const fa_case rules[] = {
+      {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 8},
+      {300, 6000, NG_BF16, NG_F32, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f, 1e-6f, 10},
+      {1100, 4160, NG_BF16, NG_F32, NG_CAST_LLAMA, false, true, false, false, 0, 0.0f, 1e-6f, 11},
+      {2000, 4000, NG_BF16, NG_F32, NG_CAST_GEMMA, true, false, true, false, 0, 0.0f, 1e-6f, 12},
+      {300, 2040, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 8, 0.0f, 1e-6f, 13},
+      {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(rules); i++) run_case(&rules[i]);
 }
 
 /* The GPU-shaped kernels (a row per work-group, local-memory reductions, dW in registers or in
