@@ -578,6 +578,23 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * PolyNorm's forward lost 3-12 us with it at 2048. */
 #define NG_ROWS_W256 0x800000
 #define NG_W256_MIN 224
+/* Added to NG_ROWS_BWD_DW by RMSNorm's backward of bf16 rows (and the fused add's without ds_out,
+ * the same kernel): on NVIDIA, 16-bit rows of 1025-2048 vectors (N = 8200-16384), held by 512 × 4,
+ * one group a compute unit, without the next-row prefetch. The confirming tuner found it (1.03x
+ * at 16384). H100, with dW, rows·N = 2^25, under NORMGRAD_TUNE beside the default, three runs:
+ * bf16 16384 89.6-90.0 -> 87.7-88.2 us (0.76 -> 0.78), 12288 88.3-89.7 -> 87.9-88.4; then the
+ * binary before and this one, two runs: 16384 90.1-90.8 -> 88.1-89.1, 12288 even. f16 rows lost
+ * 1 us in that binary (91.6-91.8 -> 92.4-92.9; even under NORMGRAD_TUNE), so the op passes the
+ * flag for bf16 rows only. */
+#define NG_ROWS_DW_NOPF 0x1000000
+/* Added to NG_ROWS_FWD by the fused add's forward: on NVIDIA, rows of 1025-2048 vectors (N =
+ * 8200-16384) held by 512 work-items of four vectors each, a group a row without the prefetch,
+ * instead of 1024 × 2 on the persistent grid with it. The confirming tuner found it (1.03x at
+ * 16384). H100, rows·N = 2^25, the binary before and this one alternating, two runs: bf16 16384
+ * 103.0-104.2 -> 100.1-100.3 us (0.88-0.89 -> 0.91-0.92), 12288 102.8-103.0 -> 99.9-100.1, f16
+ * 16384 103.1-103.9 -> 100.5-101.0; 100 rows of 16384 11.7-12.5 -> 12.4-13.4. Under
+ * NORMGRAD_TUNE, three runs: 16384 102.7-103.4 -> 100.4-101.0, 12288 103.5-104.1 -> 99.8-100.0. */
+#define NG_ROWS_512X4 0x2000000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -237,7 +237,8 @@ static void test_shapes(void **state) {
    * - with ds_out and the weight frozen, rows of 257-512 vectors on a grid of fewer groups than
    *   rows (NG_ROWS_MANY_512: 1056 groups of 256 × 2 on an H100, 2000 rows);
    * - the forward of rows of 225-256 vectors on 256 work-items of one vector (NG_ROWS_W256), the
-   *   last one idle;
+   *   last one idle; of 1025-2048 vectors on 512 × 4, a group a row (NG_ROWS_512X4), the last
+   *   slot partly idle;
    * and an offset that breaks the 16-byte alignment of one tensor only: the scalar path. */
   const fa_case rules[] = {
       {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 8},
@@ -245,6 +246,7 @@ static void test_shapes(void **state) {
       {1100, 4160, NG_BF16, NG_F32, NG_CAST_LLAMA, false, true, false, false, 0, 0.0f, 1e-6f, 11},
       {2000, 4000, NG_BF16, NG_F32, NG_CAST_GEMMA, true, false, true, false, 0, 0.0f, 1e-6f, 12},
       {300, 2040, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 8, 0.0f, 1e-6f, 13},
+      {300, 16000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 14},
       {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9}};
   for (size_t i = 0; i < NG_ARRAY_LEN(rules); i++) run_case(&rules[i]);
 }
@@ -331,13 +333,15 @@ static void test_workgroup_shape(void **state) {
   }
   /* the forward's launch of 16-bit rows of 513-1024 vectors on NVIDIA (NG_ROWS_256X4): 256 × 4,
    * a group a row, the last slot partly idle (8000) or empty (6000); and of 225-256 vectors
-   * (NG_ROWS_W256): 256 × 1, whole rows here. Idle work-items of one slot (test_shapes' 2040 on
+   * (NG_ROWS_W256): 256 × 1, whole rows here; and of 1025-2048 (NG_ROWS_512X4): 512 × 4, the
+   * last slot partly idle (16000). Idle work-items of one slot (test_shapes' 2040 on
    * NVIDIA) are left out: PoCL 3.1 runs their guarded store anyway, past the row, as it does an
    * unrolled store loop's (NG_UNROLL_STORES in ng_common.clh). */
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 256));
-  const size_t w4[][3] = {{5, 8000, 4}, {6, 6000, 4}, {7, 2048, 1}};
+  const size_t w4[][4] = {{5, 8000, 256, 4}, {6, 6000, 256, 4}, {7, 2048, 256, 1},
+                          {3, 16000, 512, 4}};
   for (size_t i = 0; i < NG_ARRAY_LEN(w4); i++) {
-    NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, (unsigned)w4[i][2]));
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, (unsigned)w4[i][2]));
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, (unsigned)w4[i][3]));
     fa_case c = {w4[i][0], w4[i][1], i % 2 ? NG_BF16 : NG_F16, NG_F32, (ng_casting_mode)(i % 3),
                  false, false, true, false, 0, 0.5f, 1e-5f, 410 + i};
     run_case(&c);

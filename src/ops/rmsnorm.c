@@ -97,7 +97,7 @@ static bool fwd_coop(bool fused) { return !fused; }
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD;
-  if (fused) return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256;
+  if (fused) return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4;
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
   return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4;
 }
@@ -355,7 +355,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
       ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
       ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
           (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
-                  : NG_ROWS_FIT2));
+                  : NG_ROWS_FIT2 | (x.dtype == NG_BF16 ? NG_ROWS_DW_NOPF : 0)));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
@@ -519,7 +519,8 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
            * one of a few rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2]
            * the fused add's backward with ds_out, NG_ROWS_1K's shape */
           const int mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
-                                     : ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_FIT2;
+                                     : ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_FIT2 |
+                                           (fl[xi] == NG_BF16 ? NG_ROWS_DW_NOPF : 0);
           const ng_row_launch ls[3] = {
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, mode),
               ng_choose_row_launch(ctx, 1, n, aligned != 0, mode),
