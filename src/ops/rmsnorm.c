@@ -270,6 +270,19 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
   cp->l.prefetch = false;
 }
 
+/* The backward's launch mode (ng_choose_row_launch_k): a frozen backward keeps no partials, so
+ * it may use the forward's larger grid (but one group a unit for rows of four slots:
+ * NG_ROWS_ONE); the fused add's with ds_out fewer groups with dW (NG_ROWS_FEW) and more frozen
+ * (NG_ROWS_MANY, NG_ROWS_MANY_512), and 1024 × 1 for 16-bit rows of 513-1024 vectors
+ * (NG_ROWS_1K); without ds_out (RMSNorm's kernel) groups of half a row (NG_ROWS_FIT2) and bf16
+ * rows of 1025-2048 vectors without the prefetch (NG_ROWS_DW_NOPF). The variant list asks for
+ * the same. */
+static int rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
+  return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
+         (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
+                 : NG_ROWS_FIT2 | (xd == NG_BF16 ? NG_ROWS_DW_NOPF : 0));
+}
+
 /* The tuned-table kind of a backward launch. */
 static const char *rms_kind(bool fused, bool compute_dw) {
   if (fused) return compute_dw ? "fused-add-rmsnorm.bwd" : "fused-add-rmsnorm.bwd_frozen";
@@ -347,15 +360,9 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  /* a frozen backward keeps no partials, so it may use the forward's larger grid (but one
-   * group a unit for rows of four slots: NG_ROWS_ONE); the fused add's with ds_out fewer groups
-   * with dW (NG_ROWS_FEW) and more frozen (NG_ROWS_MANY, NG_ROWS_MANY_512), and 1024 × 1 for
-   * 16-bit rows of 513-1024 vectors (NG_ROWS_1K) */
-  const ng_row_launch l = ng_choose_row_launch_k(
-      ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
-      ng_bwd_mode(compute_dw, x.dtype) | NG_ROWS_ONE |
-          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
-                  : NG_ROWS_FIT2 | (x.dtype == NG_BF16 ? NG_ROWS_DW_NOPF : 0)));
+  const ng_row_launch l =
+      ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
+                             rms_bwd_mode(compute_dw, has_ds, x.dtype));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
@@ -515,17 +522,16 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
     for (int aligned = 1; aligned >= 0; aligned--)
       for (size_t ni = 0, n; (n = ng_variant_n(ni)) != 0; ni++)
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
-          /* the launches (the grid flags are not build options): [0] a call of many rows; [1]
-           * one of a few rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2]
-           * the fused add's backward with ds_out, NG_ROWS_1K's shape */
+          /* the launches, as the op asks for them: [0] a call of many rows; [1] one of a few
+           * rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2] the fused
+           * add's backward with ds_out */
           const int mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
-                                     : ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_FIT2 |
-                                           (fl[xi] == NG_BF16 ? NG_ROWS_DW_NOPF : 0);
+                                     : rms_bwd_mode(pass == 2, false, fl[xi]);
           const ng_row_launch ls[3] = {
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, mode),
               ng_choose_row_launch(ctx, 1, n, aligned != 0, mode),
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                   ng_bwd_mode(pass == 2, fl[xi]) | NG_ROWS_1K)};
+                                   rms_bwd_mode(pass == 2, true, fl[xi]))};
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
