@@ -332,7 +332,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
-            NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4);
+            NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -475,6 +475,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 3-10 % (RMSNorm 1024 137.2-138.2 -> 144.0-144.8, already at the copy's rate), and
        * 512-vector rows (4096) lost with two rows a group, so both keep a group a row. */
       rows_per = 4;
+      if ((flags & NG_ROWS_FULL1) && nv == (size_t)l.wg * l.reg_cols && rows > 4 * wave)
+        rows_per = 1; /* NG_ROWS_FULL1 */
     }
     if (rows_per) {
       const size_t want = (rows + rows_per - 1) / rows_per;

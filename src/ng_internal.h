@@ -595,6 +595,15 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 16384 103.1-103.9 -> 100.5-101.0; 100 rows of 16384 11.7-12.5 -> 12.4-13.4. Under
  * NORMGRAD_TUNE, three runs: 16384 102.7-103.4 -> 100.4-101.0, 12288 103.5-104.1 -> 99.8-100.0. */
 #define NG_ROWS_512X4 0x2000000
+/* Added to NG_ROWS_BWD_FROZEN by LayerNorm's backward (both parameters frozen): on NVIDIA, 16-bit
+ * rows that fill their group exactly (128 or 256 vectors: bf16 N = 1024, 2048) a group a row, the
+ * prefetch compiled in with nothing left to ask for, instead of four rows a group, in calls of more
+ * than four rows for each group of the wave that rule keeps. The confirming tuner found it at 1024
+ * (1.02x). H100, rows·N = 2^25, under NORMGRAD_TUNE beside the default, three runs: bf16 1024
+ * 72.9 -> 71.4-71.9 us (0.94 -> 0.97), 2048 74.0-74.5 -> 72.2-72.6 (0.92-0.93 -> 0.95), f16 1024
+ * 73.3-74.1 -> 73.1-73.5; 1536 (192 vectors in groups of 256) lost, 72.9-73.4 -> 76.4-77.5, and
+ * 3000 rows of 1024 were even, 13.4-14.2 -> 13.8-14.3, hence the two conditions. */
+#define NG_ROWS_FULL1 0x4000000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

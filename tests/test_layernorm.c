@@ -283,6 +283,12 @@ static void test_shapes(void **state) {
    * a row (NG_ROWS_MANY_2K) */
   c = make_case(2200, 7000, NG_BF16, NG_F32, &PARAMS[6], 0, 15);
   run_case(&c);
+  /* both frozen on rows that fill a group of 128 or 256, more than four rows for each group of a
+   * 132-unit wave: on NVIDIA a group a row (NG_ROWS_FULL1) */
+  c = make_case(8500, 1024, NG_BF16, NG_F32, &PARAMS[6], 0, 16);
+  run_case(&c);
+  c = make_case(4300, 2048, NG_F16, NG_BF16, &PARAMS[6], 0, 17);
+  run_case(&c);
   /* an offset that breaks the 16-byte alignment of the parameters only: scalar path */
   c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
   run_case(&c);

@@ -133,12 +133,14 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
 
 /* The forward's launch mode: 16-bit rows of 513-1024 vectors in groups of 256 × 4, a group a row,
  * on NVIDIA (NG_ROWS_256X4). The backward's: with both parameters frozen (no partials), 16-bit
- * rows of 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K). */
+ * rows of 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K), and rows
+ * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1). */
 static int ln_fwd_mode(ng_dtype xd) {
   return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? 0 : NG_ROWS_256X4);
 }
 static int ln_bwd_mode(bool partials, ng_dtype xd) {
-  return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640;
+  return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640 |
+         NG_ROWS_FULL1;
 }
 
 /* mean[rows] and rstd[rows], f32. */
