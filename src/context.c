@@ -332,7 +332,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
-            NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1);
+            NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -382,7 +382,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool w256 = (flags & NG_ROWS_W256) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
                     l.vec == 8 && nv > NG_W256_MIN && nv <= 256 && maxwg >= 256;
   const bool w512x4 = (flags & NG_ROWS_512X4) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
-                      l.vec == 8 && nv > 1024 && nv <= 2048 && maxwg >= 512;
+                      l.vec == 8 && nv > 1024 && nv <= 2048 && maxwg >= 512 &&
+                      rows > d->compute_units && rows != SIZE_MAX;
+  const bool w512x2 = (flags & NG_ROWS_512X2) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
+                      l.vec == 8 && nv == 1024 && maxwg >= 512 && rows > d->compute_units &&
+                      rows != SIZE_MAX;
   const bool dw_nopf = (flags & NG_ROWS_DW_NOPF) != 0 && backward && d->nv_shfl && x16 &&
                        l.vec == 8 && nv > 1024 && nv <= 2048;
   const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
@@ -404,6 +408,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (w256x4) wg = 256, reg = 4; /* NG_ROWS_256X4 */
     if (w256) wg = 256, reg = 1;   /* NG_ROWS_W256 (a group a row: nv <= 512 below) */
     if (w512x4) wg = 512, reg = 4; /* NG_ROWS_512X4 */
+    if (w512x2) wg = 512, reg = 2; /* NG_ROWS_512X2 (in place of NG_ROWS_256X4) */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;
@@ -510,6 +515,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     }
     if (w512x4 && l.wg == 512 && l.reg_cols == 4 && in_regs) {
       g = rows; /* NG_ROWS_512X4: a group a row */
+      prefetch = false;
+    }
+    if (w512x2 && l.wg == 512 && l.reg_cols == 2 && in_regs) {
+      g = (size_t)d->compute_units * 16; /* NG_ROWS_512X2 */
       prefetch = false;
     }
   } else {

@@ -592,8 +592,10 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * instead of 1024 × 2 on the persistent grid with it. The confirming tuner found it (1.03x at
  * 16384). H100, rows·N = 2^25, the binary before and this one alternating, two runs: bf16 16384
  * 103.0-104.2 -> 100.1-100.3 us (0.88-0.89 -> 0.91-0.92), 12288 102.8-103.0 -> 99.9-100.1, f16
- * 16384 103.1-103.9 -> 100.5-101.0; 100 rows of 16384 11.7-12.5 -> 12.4-13.4. Under
- * NORMGRAD_TUNE, three runs: 16384 102.7-103.4 -> 100.4-101.0, 12288 103.5-104.1 -> 99.8-100.0. */
+ * 16384 103.1-103.9 -> 100.5-101.0. Under NORMGRAD_TUNE, three runs: 16384 102.7-103.4 ->
+ * 100.4-101.0, 12288 103.5-104.1 -> 99.8-100.0. Calls of at most a row a compute unit keep the
+ * old launch, as NG_ROWS_256X4's do: 100 rows of 16384 took 12.9-13.3 us on 512 × 4 against
+ * 11.3-11.6 (200 rows 15.8-16.7 against 18.0-18.4, 400 27.9 against 26.1-26.9). */
 #define NG_ROWS_512X4 0x2000000
 /* Added to NG_ROWS_BWD_FROZEN by LayerNorm's backward (both parameters frozen): on NVIDIA, 16-bit
  * rows that fill their group exactly (128 or 256 vectors: bf16 N = 1024, 2048) a group a row, the
@@ -604,6 +606,13 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 73.3-74.1 -> 73.1-73.5; 1536 (192 vectors in groups of 256) lost, 72.9-73.4 -> 76.4-77.5, and
  * 3000 rows of 1024 were even, 13.4-14.2 -> 13.8-14.3, hence the two conditions. */
 #define NG_ROWS_FULL1 0x4000000
+/* Added to NG_ROWS_FWD by the fused add's forward of bf16 rows: on NVIDIA, rows of exactly 1024
+ * vectors (N = 8192) on 512 × 2, 16 groups a compute unit without the prefetch, instead of
+ * NG_ROWS_256X4's 256 × 4 a group a row, in calls of more rows than compute units. The confirming
+ * tuner found it (1.022x). Measured before on the binary of NG_ROWS_256X4 (1.035x in its scan):
+ * 8192 98.3-98.8 -> 97.4-97.6 us, but rows that leave slots idle lost (5120 99.6-100.8 ->
+ * 106.8-107.3, 6144 98.6-100.8 -> 102.9), and so did f16 rows of 8192 (99 -> 118). */
+#define NG_ROWS_512X2 0x8000000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -238,7 +238,8 @@ static void test_shapes(void **state) {
    *   rows (NG_ROWS_MANY_512: 1056 groups of 256 × 2 on an H100, 2000 rows);
    * - the forward of rows of 225-256 vectors on 256 work-items of one vector (NG_ROWS_W256), the
    *   last one idle; of 1025-2048 vectors on 512 × 4, a group a row (NG_ROWS_512X4), the last
-   *   slot partly idle;
+   *   slot partly idle, and in a call of fewer rows than compute units on 1024 × 2; bf16 rows
+   *   of 1024 vectors on 512 × 2, fewer groups than rows (NG_ROWS_512X2);
    * and an offset that breaks the 16-byte alignment of one tensor only: the scalar path. */
   const fa_case rules[] = {
       {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 8},
@@ -247,6 +248,8 @@ static void test_shapes(void **state) {
       {2000, 4000, NG_BF16, NG_F32, NG_CAST_GEMMA, true, false, true, false, 0, 0.0f, 1e-6f, 12},
       {300, 2040, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 8, 0.0f, 1e-6f, 13},
       {300, 16000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 14},
+      {40, 16000, NG_F16, NG_F32, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f, 1e-6f, 15},
+      {2500, 8192, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 16},
       {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9}};
   for (size_t i = 0; i < NG_ARRAY_LEN(rules); i++) run_case(&rules[i]);
 }

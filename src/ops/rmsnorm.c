@@ -94,10 +94,13 @@ static bool fwd_coop(bool fused) { return !fused; }
  * rows measured even with it, the fused add's lost (ng_choose_row_launch_k has the numbers).
  * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4),
  * rows of 513-1024 vectors (the fused add's too) by groups of 256 × 4, a group a row
- * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). */
+ * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). The fused
+ * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD;
-  if (fused) return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4;
+  if (fused)
+    return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
+           (xd == NG_BF16 ? NG_ROWS_512X2 : 0);
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
   return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4;
 }
