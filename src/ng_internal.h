@@ -604,7 +604,9 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * (1.02x). H100, rows·N = 2^25, under NORMGRAD_TUNE beside the default, three runs: bf16 1024
  * 72.9 -> 71.4-71.9 us (0.94 -> 0.97), 2048 74.0-74.5 -> 72.2-72.6 (0.92-0.93 -> 0.95), f16 1024
  * 73.3-74.1 -> 73.1-73.5; 1536 (192 vectors in groups of 256) lost, 72.9-73.4 -> 76.4-77.5, and
- * 3000 rows of 1024 were even, 13.4-14.2 -> 13.8-14.3, hence the two conditions. */
+ * 3000 rows of 1024 were even, 13.4-14.2 -> 13.8-14.3, hence the two conditions. The binary
+ * before and this one alternating, two runs: bf16 1024 73.4-73.7 -> 70.9-72.1 (0.96-0.97), 2048
+ * 73.5-74.2 -> 71.1-71.3 (0.96), 9000 rows of 1024 27.8-28.7 -> 26.5-26.9, f16 1024 even. */
 #define NG_ROWS_FULL1 0x4000000
 /* Added to NG_ROWS_FWD by the fused add's forward of bf16 rows: on NVIDIA, rows of exactly 1024
  * vectors (N = 8192) on 512 × 2, 16 groups a compute unit without the prefetch, instead of
