@@ -187,7 +187,8 @@ typedef enum ng_tune {
   NG_TUNE_PREFETCH = 5,    /* 1 = off, 2 = on: on NVIDIA each group prefetches its next row
                               into the L2 cache while it reduces the current one; on CPUs the
                               row loops ask for what they read from memory 2 KB ahead (on by
-                              default there) */
+                              default there), or as many bytes ahead as a value of 64-65536
+                              (a power of two) says; on a GPU such a value means on */
   NG_TUNE_TABLE = 6,       /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
   NG_TUNE_FUSED_REDUCE = 7 /* 1 = parameter gradients summed by a separate kernel, 2 = by the
                               last work-groups of the backward kernel itself (AUTO: on NVIDIA);

@@ -242,8 +242,10 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
       return ng_fail(NG_ERR_INVALID_VALUE, "table %u must be 1 (ignore) or 2 (use)", value);
     break;
   case NG_TUNE_PREFETCH:
-    if (value != NG_TUNE_AUTO && value != 1 && value != 2)
-      return ng_fail(NG_ERR_INVALID_VALUE, "prefetch %u must be 1 (off) or 2 (on)", value);
+    if (!ng_tune_prefetch_ok(value))
+      return ng_fail(NG_ERR_INVALID_VALUE,
+                     "prefetch %u must be 1 (off), 2 (on) or a distance in bytes, a power of two "
+                     "from %u to %u", value, NG_PF_DIST_MIN, NG_PF_DIST_MAX);
     break;
   case NG_TUNE_FUSED_REDUCE:
     if (value > 3)
@@ -532,10 +534,13 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     g = d->compute_units; /* NG_ROWS_1K: one group a unit, each prefetching its next row */
     prefetch = true;
   }
-  if (tune[NG_TUNE_PREFETCH]) prefetch = tune[NG_TUNE_PREFETCH] == 2;
+  const unsigned pf = tune[NG_TUNE_PREFETCH];
+  if (pf) prefetch = pf >= 2; /* a distance means on */
   l.prefetch = d->nv_shfl && prefetch; /* the PTX prefetch exists on NVIDIA only */
-  /* CPUs prefetch their row streams in the kernels (NG_PF_MEM) unless told not to */
-  l.cpu_pf_off = cpu && tune[NG_TUNE_PREFETCH] == 1;
+  /* CPUs prefetch their row streams in the kernels (NG_PF_MEM) unless told not to, as far
+   * ahead as told (the kernels' own distance, NG_PF_FAR, keeps the program's options short) */
+  if (cpu && pf == 1) l.cpu_pf = NG_CPU_PF_OFF;
+  else if (cpu && pf > 2 && pf != NG_CPU_PF_DEFAULT) l.cpu_pf = pf;
   /* frozen backward has no partials: the caller passes backward=false for it */
   if (tune[NG_TUNE_GROUPS]) g = tune[NG_TUNE_GROUPS];
   l.grid = g < UINT32_MAX / 1024 ? (unsigned)g : UINT32_MAX / 1024;
@@ -703,7 +708,7 @@ void ng_launch_opts(ng_opts *o, const ng_row_launch *l) {
   if (l->nv_shfl) ng_opts_add(o, "NG_NV_SHFL", 1);
   if (l->nv_bf16) ng_opts_add(o, "NG_NV_BF16", 1);
   if (l->prefetch) ng_opts_add(o, "PREFETCH", 1);
-  if (l->cpu_pf_off) ng_opts_add(o, "NG_PF_FAR", 0);
+  if (l->cpu_pf) ng_opts_add(o, "NG_PF_FAR", l->cpu_pf == NG_CPU_PF_OFF ? 0 : l->cpu_pf);
 }
 
 /* ---- in-kernel reductions ------------------------------------------------------------------ */

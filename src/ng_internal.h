@@ -242,8 +242,19 @@ typedef struct ng_row_launch {
   bool nv_shfl;      /* warp-shuffle reductions (NVIDIA, wg a multiple of 32) */
   bool prefetch;     /* prefetch each group's next row into L2 (NVIDIA PTX) */
   bool nv_bf16;      /* NG_NV_BF16: bf16 rounding, f16 pairs widened, by PTX (NVIDIA sm_80+) */
-  bool cpu_pf_off;   /* CPU: no prefetch of the streams read from memory (NG_PF_MEM) */
+  unsigned cpu_pf;   /* CPU: how far ahead the row loops ask for the streams they read from
+                        memory (NG_PF_MEM): 0 the kernels' NG_PF_FAR, NG_CPU_PF_OFF none, else
+                        that many bytes (NG_TUNE_PREFETCH) */
 } ng_row_launch;
+#define NG_CPU_PF_OFF 1u
+#define NG_CPU_PF_DEFAULT 2048u /* cl/ng_common.clh's NG_PF_FAR */
+/* NG_TUNE_PREFETCH's values: 1 off, 2 on, or on a CPU the distance in bytes, a power of two
+ * from NG_PF_DIST_MIN to NG_PF_DIST_MAX (on a GPU any distance means on). */
+#define NG_PF_DIST_MIN 64u
+#define NG_PF_DIST_MAX 65536u
+static inline bool ng_tune_prefetch_ok(unsigned v) {
+  return v <= 2 || (v >= NG_PF_DIST_MIN && v <= NG_PF_DIST_MAX && (v & (v - 1)) == 0);
+}
 /* A GPU-shaped launch (wg > 1) whose rows of n elements are longer than a group holds in its
  * registers (wg·reg_cols vectors): such rows stream, or take a split or column kernel. */
 bool ng_row_beyond_regs(const ng_row_launch *l, size_t n);

@@ -131,7 +131,7 @@ static bool parse_line(const ng_context *ctx, const char *line, const char *id, 
   if (v[NG_TUNE_VECTOR] && v[NG_TUNE_VECTOR] != 1 && v[NG_TUNE_VECTOR] != 8) return false;
   const unsigned r = v[NG_TUNE_REG_COLS];
   if (r && r != 1 && r != 2 && r != 4 && r != 8) return false;
-  if (v[NG_TUNE_PREFETCH] > 2) return false;
+  if (!ng_tune_prefetch_ok(v[NG_TUNE_PREFETCH])) return false;
   return true;
 }
 

@@ -398,7 +398,8 @@ static void test_finite_difference(void **state) {
 
 /* Same inputs, same bits: dW has no float atomics. */
 /* The prefetch turned off (NG_TUNE_PREFETCH = 1: on a CPU the row loops' far prefetch, on NVIDIA
- * the L2 prefetch) is a hint gone: the same bits as with it, and right against the reference. */
+ * the L2 prefetch), or on a CPU asked from another distance (64 bytes, a chunk's own line; 8 KB),
+ * is a hint gone or moved: the same bits as with the default, and right against the reference. */
 static void test_prefetch_off(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -412,9 +413,14 @@ static void test_prefetch_off(void **state) {
   cl_mem bw = ng_test_upload(NG_F32, w, p.n, off, 0);
   cl_mem by = ng_test_upload(NG_BF16, NULL, cnt, off, 0), br = ng_test_upload(NG_F32, NULL, p.rows, off, 0);
   cl_mem bdx = ng_test_upload(NG_BF16, NULL, cnt, off, 0), bdw = ng_test_upload(NG_F32, NULL, p.n, off, 0);
-  float *got[2][3];
-  for (int pf = 0; pf < 2; pf++) {
-    NG_OK(ng_context_override(e->ctx, NG_TUNE_PREFETCH, pf ? 1 : NG_TUNE_AUTO));
+  static const unsigned pfs[] = {NG_TUNE_AUTO, 1, 64, 8192};
+  float *got[4][3];
+  cl_device_type type = 0;
+  clGetDeviceInfo(e->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  for (int pf = 0; pf < 4; pf++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_PREFETCH, pfs[pf]));
+    ng_context_stats before, after;
+    NG_OK(ng_context_get_stats(e->ctx, &before));
     NG_OK(ng_rmsnorm_forward(e->ctx, e->queue, &p, ng_tensor_of(bx, off, NG_BF16),
                              ng_tensor_of(bw, off, NG_F32), ng_tensor_of(by, off, NG_BF16),
                              ng_tensor_of(br, off, NG_F32), 0, NULL, NULL));
@@ -422,6 +428,10 @@ static void test_prefetch_off(void **state) {
                               ng_tensor_of(bx, off, NG_BF16), ng_tensor_of(bw, off, NG_F32),
                               ng_tensor_of(br, off, NG_F32), ng_tensor_of(bdx, off, NG_BF16),
                               ng_tensor_of(bdw, off, NG_F32), 0, ng_tensor_none(), 0, NULL, NULL));
+    /* on a CPU each setting is a program of its own (the distance is a build option) */
+    NG_OK(ng_context_get_stats(e->ctx, &after));
+    if ((type & CL_DEVICE_TYPE_CPU) && pf > 0 && after.programs_cached <= before.programs_cached)
+      fail_msg("prefetch=%u built no program of its own", pfs[pf]);
     const size_t len[3] = {cnt, cnt, p.n};
     cl_mem out[3] = {by, bdx, bdw};
     const ng_dtype dt[3] = {NG_BF16, NG_BF16, NG_F32};
@@ -431,10 +441,11 @@ static void test_prefetch_off(void **state) {
     }
     if (pf)
       for (int k = 0; k < 3; k++)
-        if (memcmp(got[0][k], got[1][k], len[k] * sizeof(float)) != 0)
-          fail_msg("%s differs with the prefetch off", k == 0 ? "y" : k == 1 ? "dx" : "dweight");
+        if (memcmp(got[0][k], got[pf][k], len[k] * sizeof(float)) != 0)
+          fail_msg("%s differs with prefetch=%u", k == 0 ? "y" : k == 1 ? "dx" : "dweight",
+                   pfs[pf]);
   }
-  for (int pf = 0; pf < 2; pf++)
+  for (int pf = 0; pf < 4; pf++)
     for (int k = 0; k < 3; k++) free(got[pf][k]);
   rms_case c = {p.rows, p.n, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, off, 0.0f, 1e-6f, 12};
   run_case(&c); /* still under the override */

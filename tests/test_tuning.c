@@ -164,8 +164,14 @@ static void test_env(void **st) {
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
   assert_int_equal(scratch(c, 1000), 9 * 4 * 1000);
   ng_context_release(c);
-  static const char *bad[] = {"groups", "groups=", "groups=x", "wg=48", "reg=3", "vec=4",
-                              "prefetch=3", "table=5", "nosuch=1", ",", "groups=1,,wg=1"};
+  /* prefetch= takes 1, 2 or a distance in bytes (a power of two, 64-65536) */
+  setenv("NORMGRAD_TUNE", "prefetch=4096", 1);
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  ng_context_release(c);
+  static const char *bad[] = {"groups",        "groups=",      "groups=x",        "wg=48",
+                              "reg=3",         "vec=4",        "prefetch=3",      "prefetch=32",
+                              "prefetch=1000", "prefetch=131072", "table=5",      "nosuch=1",
+                              ",",             "groups=1,,wg=1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv("NORMGRAD_TUNE", bad[i], 1);
     c = (ng_context *)1;

@@ -24,7 +24,7 @@ const char cli_tune_usage[] =
     "backward), on random data of E/N rows (default E = 2^25 elements, past a 50 MB cache):\n"
     "  - candidates: work-group size, vector slots per work-item, group count and prefetch\n"
     "    (NVIDIA: each group's next row into L2; CPUs: the rows read from memory, 2 KB\n"
-    "    ahead), chosen around the device's properties;\n"
+    "    ahead, or 512 B-8 KB on the default grid), chosen around the device's properties;\n"
     "  - each candidate's outputs must match the built-in default's (relative 2^-6 for 16-bit\n"
     "    outputs, 1e-4 for f32); one that does not is rejected and reported;\n"
     "  - the rest are timed (median of OpenCL profiling times); the three fastest that beat\n"
@@ -196,6 +196,18 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
           c->v[NG_TUNE_GROUPS] = cu * mult_cpu[m];
           c->v[NG_TUNE_PREFETCH] = pf;
         }
+    /* the far prefetch's distance, on the default grid (it is the memory's latency that sets
+     * it, not the grid): 2 KB is the kernels' own */
+    static const unsigned dist[] = {512, 1024, 4096, 8192};
+    for (size_t k = 0; k < sizeof dist / sizeof dist[0]; k++) {
+      candidate *c = &cs[nc++];
+      memset(c, 0, sizeof *c);
+      c->v[NG_TUNE_WORKGROUP] = 1;
+      c->v[NG_TUNE_REG_COLS] = 1;
+      c->v[NG_TUNE_VECTOR] = 8;
+      c->v[NG_TUNE_GROUPS] = cu * 4;
+      c->v[NG_TUNE_PREFETCH] = dist[k];
+    }
     return nc;
   }
   const bool nv = strstr(vendor, "NVIDIA") != NULL;
