@@ -372,30 +372,31 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   if (tune[NG_TUNE_VECTOR] == 1) l.vec = 1;
   const size_t nv = n / l.vec;
   const size_t maxwg = ng_max_pow2_wg(ctx);
-  const bool wide1k = (flags & NG_ROWS_1K) != 0 && d->nv_shfl && x16 && l.vec == 8 && nv > 512 &&
-                      nv <= 1024 && maxwg >= 1024 &&
-                      (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
-  const bool hold4 = (flags & NG_ROWS_HOLD4) != 0 && mode == NG_ROWS_FWD && d->nv_shfl && x16 &&
-                     l.vec == 8 && nv > 2048 && nv <= 4096 && maxwg >= 1024;
-  const bool w256x4 = (flags & NG_ROWS_256X4) != 0 &&
-                      (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16) && d->nv_shfl &&
-                      l.vec == 8 && nv > 512 && nv <= 1024 && maxwg >= 256 &&
-                      rows > d->compute_units && rows != SIZE_MAX;
-  const bool w256 = (flags & NG_ROWS_W256) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
-                    l.vec == 8 && nv > NG_W256_MIN && nv <= 256 && maxwg >= 256;
-  const bool w512x4 = (flags & NG_ROWS_512X4) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
-                      l.vec == 8 && nv > 1024 && nv <= 2048 && maxwg >= 512 &&
-                      rows > d->compute_units && rows != SIZE_MAX;
-  const bool w512x2 = (flags & NG_ROWS_512X2) != 0 && mode == NG_ROWS_FWD && d->nv_shfl &&
-                      l.vec == 8 && nv == 1024 && maxwg >= 512 && rows > d->compute_units &&
-                      rows != SIZE_MAX;
-  const bool dw_nopf = (flags & NG_ROWS_DW_NOPF) != 0 && backward && d->nv_shfl && x16 &&
-                       l.vec == 8 && nv > 1024 && nv <= 2048;
+  /* The launch rules below were measured on NVIDIA with 8-wide vectors (nv8); several take only
+   * calls of more rows than compute units (`more`: smaller calls keep the old launch), never
+   * GroupNorm's persistent map (rows == SIZE_MAX). */
+  const bool nv8 = d->nv_shfl && l.vec == 8;
+  const bool more = rows > d->compute_units && rows != SIZE_MAX;
+  const bool fwd = mode == NG_ROWS_FWD;
+  const bool wide1k = (flags & NG_ROWS_1K) != 0 && nv8 && x16 && nv > 512 && nv <= 1024 &&
+                      maxwg >= 1024 && (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
+  const bool hold4 = (flags & NG_ROWS_HOLD4) != 0 && fwd && nv8 && x16 && nv > 2048 &&
+                     nv <= 4096 && maxwg >= 1024;
+  const bool w256x4 = (flags & NG_ROWS_256X4) != 0 && (fwd || mode == NG_ROWS_FWD_RAW16) && nv8 &&
+                      nv > 512 && nv <= 1024 && maxwg >= 256 && more;
+  const bool w256 = (flags & NG_ROWS_W256) != 0 && fwd && nv8 && nv > NG_W256_MIN && nv <= 256 &&
+                    maxwg >= 256;
+  const bool w512x4 = (flags & NG_ROWS_512X4) != 0 && fwd && nv8 && nv > 1024 && nv <= 2048 &&
+                      maxwg >= 512 && more;
+  const bool w512x2 = (flags & NG_ROWS_512X2) != 0 && fwd && nv8 && nv == 1024 && maxwg >= 512 &&
+                      more;
+  const bool dw_nopf = (flags & NG_ROWS_DW_NOPF) != 0 && backward && nv8 && x16 && nv > 1024 &&
+                       nv <= 2048;
   const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
   const bool f768 = (flags & NG_ROWS_FIT2) != 0;
   const size_t fit2_max = f768 ? NG_FIT2_MAX : (flags & NG_ROWS_FIT2_640) ? NG_FIT2_640_MAX : 0;
   const size_t fit2_rows = f768 ? NG_FIT2_MIN_ROWS_PER_CU : NG_FIT2_640_MIN_ROWS_PER_CU;
-  const bool fit2 = d->nv_shfl && x16 && l.vec == 8 && nv > 512 && nv <= fit2_max &&
+  const bool fit2 = nv8 && x16 && nv > 512 && nv <= fit2_max &&
                     fit2_wg <= d->max_wg && rows > fit2_rows * d->compute_units &&
                     (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   size_t wg = 1, reg = 1;
@@ -482,7 +483,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 3-10 % (RMSNorm 1024 137.2-138.2 -> 144.0-144.8, already at the copy's rate), and
        * 512-vector rows (4096) lost with two rows a group, so both keep a group a row. */
       rows_per = 4;
-      if ((flags & NG_ROWS_FULL1) && nv == (size_t)l.wg * l.reg_cols && rows > 4 * wave)
+      if ((flags & NG_ROWS_FULL1) && nv == (size_t)l.wg * l.reg_cols && rows > rows_per * wave)
         rows_per = 1; /* NG_ROWS_FULL1 */
     }
     if (rows_per) {

@@ -166,6 +166,16 @@ static double compare(const cli_bench_case *c, void *ref[3], void *got[3]) {
   return worst;
 }
 
+/* A CPU candidate: one work-item a row, `groups` groups, vector width and prefetch setting. */
+static void cpu_candidate(candidate *c, unsigned vec, unsigned groups, unsigned prefetch) {
+  memset(c, 0, sizeof *c);
+  c->v[NG_TUNE_WORKGROUP] = 1;
+  c->v[NG_TUNE_REG_COLS] = 1;
+  c->v[NG_TUNE_VECTOR] = vec;
+  c->v[NG_TUNE_GROUPS] = groups;
+  c->v[NG_TUNE_PREFETCH] = prefetch;
+}
+
 /* Candidates around the device's properties; [0] is the built-in default. With `grid_only`
  * (frozen backward: its work-group shape is the trained backward's, so that dx is the same bits)
  * only the group count and the prefetch vary. */
@@ -188,26 +198,13 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
       for (unsigned vec = 1; vec <= 8; vec += 7)
         for (unsigned pf = 0; pf <= 1; pf++) { /* the far prefetch: default (on), off */
           if (pf && vec == 1) continue; /* only the 16-value chunks prefetch */
-          candidate *c = &cs[nc++];
-          memset(c, 0, sizeof *c);
-          c->v[NG_TUNE_WORKGROUP] = 1;
-          c->v[NG_TUNE_REG_COLS] = 1;
-          c->v[NG_TUNE_VECTOR] = vec;
-          c->v[NG_TUNE_GROUPS] = cu * mult_cpu[m];
-          c->v[NG_TUNE_PREFETCH] = pf;
+          cpu_candidate(&cs[nc++], vec, cu * mult_cpu[m], pf);
         }
     /* the far prefetch's distance, on the default grid (it is the memory's latency that sets
      * it, not the grid): 2 KB is the kernels' own */
     static const unsigned dist[] = {512, 1024, 4096, 8192};
-    for (size_t k = 0; k < sizeof dist / sizeof dist[0]; k++) {
-      candidate *c = &cs[nc++];
-      memset(c, 0, sizeof *c);
-      c->v[NG_TUNE_WORKGROUP] = 1;
-      c->v[NG_TUNE_REG_COLS] = 1;
-      c->v[NG_TUNE_VECTOR] = 8;
-      c->v[NG_TUNE_GROUPS] = cu * 4;
-      c->v[NG_TUNE_PREFETCH] = dist[k];
-    }
+    for (size_t k = 0; k < sizeof dist / sizeof dist[0]; k++)
+      cpu_candidate(&cs[nc++], 8, cu * 4, dist[k]);
     return nc;
   }
   const bool nv = strstr(vendor, "NVIDIA") != NULL;
