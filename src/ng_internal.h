@@ -247,7 +247,7 @@ typedef struct ng_row_launch {
                         that many bytes (NG_TUNE_PREFETCH) */
 } ng_row_launch;
 #define NG_CPU_PF_OFF 1u
-#define NG_CPU_PF_DEFAULT 2048u /* cl/ng_common.clh's NG_PF_FAR */
+#define NG_CPU_PF_DEFAULT 2048u /* cl/ng_common.clh's NG_PF_FAR (test_gpu_programs checks) */
 /* NG_TUNE_PREFETCH's values: 1 off, 2 on, or on a CPU the distance in bytes, a power of two
  * from NG_PF_DIST_MIN to NG_PF_DIST_MAX (on a GPU any distance means on). */
 #define NG_PF_DIST_MIN 64u

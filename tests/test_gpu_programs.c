@@ -7,7 +7,7 @@
  * exceeds it. The local arrays grow with the launch (WG·REG·VEC), so the programs checked are
  * those of each op's widest launches of bf16 rows and f32 weights, held and split across groups,
  * and the split ones of f32 and f16 rows, as the ops' own variant lists give them for an
- * emulated 132-unit GPU. */
+ * emulated 132-unit GPU. Also: the host's copy of a kernel default that selects programs. */
 #include "ng_internal.h"
 #include "ng_test.h"
 
@@ -128,9 +128,30 @@ static void test_local_memory_fits(void **state) {
   ng_context_release(c);
 }
 
+/* The host keeps the kernels' own CPU prefetch distance (NG_PF_FAR in ng_common.clh) as
+ * NG_CPU_PF_DEFAULT, so that a launch asking for that distance adds no build option and shares
+ * the default's program: the two must stay equal. */
+static void test_prefetch_default(void **state) {
+  (void)state;
+  ng_source src;
+  NG_OK(ng_source_get("rmsnorm", &src));
+  char *hdr = malloc(src.lens[0] + 1);
+  assert_non_null(hdr);
+  memcpy(hdr, src.parts[0], src.lens[0]);
+  hdr[src.lens[0]] = '\0';
+  ng_source_free(&src);
+  const char *key = "#define NG_PF_FAR ";
+  const char *p = strstr(hdr, key);
+  assert_non_null(p);
+  assert_int_equal(strtoll(p + strlen(key), NULL, 10), NG_CPU_PF_DEFAULT);
+  assert_null(strstr(p + 1, key)); /* one definition */
+  free(hdr);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_memory_fits),
+      cmocka_unit_test(test_prefetch_default),
   };
   int r = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_test_env_release();
