@@ -253,6 +253,13 @@ static void bench_json(const char *op, const char *pass, const char *const *flag
   if (k != kernels) fail_msg("bench %s %s: %d kernels, expected %d", op, pass, k, kernels);
   cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "median_ms");
   if (!cJSON_IsNumber(ms) || !(ms->valuedouble > 0)) fail_msg("median_ms: %s", p.out);
+  if (!strcmp(op, "fused-add-rmsnorm") && !strcmp(pass, "backward")) {
+    /* the report says whether the backward read ds_out (not with --no-ds-out) */
+    bool without = false;
+    for (size_t i = 0; flags[i]; i++) without = without || !strcmp(flags[i], "--no-ds-out");
+    cJSON *ds = cJSON_GetObjectItemCaseSensitive(j, "ds_out");
+    if (!cJSON_IsNumber(ds) || ds->valuedouble != (without ? 0 : 1)) fail_msg("ds_out: %s", p.out);
+  }
   cJSON_Delete(j);
   ng_cli_proc_free(&p);
 }
@@ -261,12 +268,13 @@ static void test_bench(void **state) {
   (void)state;
   const double x = 16 * 64 * 2, w = 64 * 4, r = 16 * 4;
   const char *none[] = {NULL}, *fw[] = {"--freeze-weight", NULL}, *fb[] = {"--freeze-bias", NULL};
-  const char *both[] = {"--freeze-weight", "--freeze-bias", NULL};
+  const char *both[] = {"--freeze-weight", "--freeze-bias", NULL}, *nods[] = {"--no-ds-out", NULL};
   /* each call also measures the copy bandwidth (seconds on PoCL): the passes whose kernel
    * counts say something — a frozen parameter has no reduction, and LayerNorm sums dW and dB
    * in one reduction launch */
   bench_json("fused-add-rmsnorm", "backward", none, 4 * x + 2 * w + r, 2);
   bench_json("fused-add-rmsnorm", "backward", fw, 4 * x + w + r, 1);
+  bench_json("fused-add-rmsnorm", "backward", nods, 3 * x + 2 * w + r, 2); /* the last layer */
   bench_json("layernorm", "forward", none, 2 * x + 2 * w + 2 * r, 1);
   bench_json("layernorm", "backward", none, 3 * x + 3 * w + 2 * r, 2);
   bench_json("layernorm", "backward", fb, 3 * x + 2 * w + 2 * r, 2);

@@ -57,6 +57,7 @@ typedef struct cli_options {
   long long chunk_rows;       /* --chunk-rows N */
   long long scratch_budget;   /* --scratch-budget BYTES */
   long long batch;            /* --batch B: bench groupnorm's samples (0 = not given: 1) */
+  bool no_ds_out;             /* --no-ds-out: bench fused-add-rmsnorm's backward without ds_out */
 } cli_options;
 
 /* Monotonic wall time in seconds (common.c), for the subcommands' own timing and progress. */

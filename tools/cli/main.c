@@ -190,6 +190,7 @@ static int op_option(args *a, cli_options *o, char *err, size_t errlen) {
   bool *flag = !strcmp(n, "--freeze-weight")   ? &o->freeze_weight
                : !strcmp(n, "--freeze-bias")   ? &o->freeze_bias
                : !strcmp(n, "--no-input-grad") ? &o->no_input_grad
+               : !strcmp(n, "--no-ds-out")     ? &o->no_ds_out
                                                : NULL;
   if (!flag) return -1;
   if ((rc = no_value(a, err, errlen)) != 0) return rc;
@@ -496,6 +497,7 @@ static int cmd_inspect(int argc, char **argv) {
   "  --casting-mode M        RMSNorm rounding: llama (default), gemma, none\n"                   \
   "  --groups G              GroupNorm group count\n"                                            \
   "  --batch B               GroupNorm bench: samples, x = [B, rows, hidden] (default 1)\n"      \
+  "  --no-ds-out             fused-add-rmsnorm bench: the backward without ds_out (last layer)\n" \
   "  --freeze-weight         no weight gradient (dweight absent)\n"                              \
   "  --freeze-bias           no bias gradient (dbias absent)\n"                                  \
   "  --no-input-grad         FLCE: no dinput\n"                                                  \

@@ -96,12 +96,14 @@ done:
   return rc;
 }
 
-/* ---- bench: weight f32; the backward with ds_out, as in every layer but the last ------------ */
+/* ---- bench: weight f32; the backward with ds_out, as in every layer but the last (without it
+ * under --no-ds-out) --------------------------------------------------------------------------- */
 typedef struct fa_bench {
   ng_fused_add_rmsnorm_params p;
   ng_dtype xd;
   bool frozen;
   cl_mem x, res, w, y, s, rstd, dy, ds, dx, dw, scratch;
+  cli_bench_more more; /* the backward's ds_out (1 or 0), in the report */
 } fa_bench;
 
 static ng_status bench_fwd(cli_env *env, void *state) {
@@ -115,7 +117,8 @@ static ng_status bench_fwd(cli_env *env, void *state) {
 static ng_status bench_bwd(cli_env *env, void *state) {
   fa_bench *b = state;
   return ng_fused_add_rmsnorm_backward(
-      env->ctx, env->queue, &b->p, ng_tensor_of(b->dy, 0, b->xd), ng_tensor_of(b->ds, 0, b->xd),
+      env->ctx, env->queue, &b->p, ng_tensor_of(b->dy, 0, b->xd),
+      b->ds ? ng_tensor_of(b->ds, 0, b->xd) : ng_tensor_none(),
       ng_tensor_of(b->s, 0, b->xd), ng_tensor_of(b->w, 0, NG_F32),
       ng_tensor_of(b->rstd, 0, NG_F32), ng_tensor_of(b->dx, 0, b->xd),
       b->frozen ? ng_tensor_none() : ng_tensor_of(b->dw, 0, NG_F32), 0,
@@ -157,7 +160,8 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
       !(b->res = cli_random_buffer(env, spec->dtype, R * N, 4, 0.0, 1.0, err, errlen)) ||
       !(b->w = cli_random_buffer(env, NG_F32, N, 2, 1.0, 0.2, err, errlen)) ||
       !(b->dy = cli_random_buffer(env, spec->dtype, R * N, 3, 0.0, 1.0, err, errlen)) ||
-      !(b->ds = cli_random_buffer(env, spec->dtype, R * N, 5, 0.0, 1.0, err, errlen)) ||
+      (!o->no_ds_out &&
+       !(b->ds = cli_random_buffer(env, spec->dtype, R * N, 5, 0.0, 1.0, err, errlen))) ||
       !(b->y = cli_alloc(env, xb, err, errlen)) || !(b->s = cli_alloc(env, xb, err, errlen)) ||
       !(b->dx = cli_alloc(env, xb, err, errlen)) ||
       !(b->rstd = cli_alloc(env, R * 4, err, errlen)) ||
@@ -165,10 +169,14 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
       (sbytes && !(b->scratch = cli_alloc(env, sbytes, err, errlen))))
     goto fail;
   const double x = (double)xb, w = 4.0 * (double)N, r = 4.0 * (double)R;
-  /* forward: x + residual + weight in, y + s + rstd out; backward: dy + ds_out + s + weight +
+  /* forward: x + residual + weight in, y + s + rstd out; backward: dy (+ ds_out) + s + weight +
    * rstd in, dx (+ dweight) out */
+  const double ds = b->ds ? x : 0.0;
   cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + x + w + x + x + r, .run = bench_fwd};
-  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + x + w + r + x + (b->frozen ? 0 : w), .run = bench_bwd};
+  cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + ds + x + w + r + x + (b->frozen ? 0 : w), .run = bench_bwd};
+  b->more.extra[0].key = "ds_out";
+  b->more.extra[0].value = b->ds ? 1.0 : 0.0;
+  cli_bench_attach(&cases[1], &b->more);
   cases[0].out[0] = (cli_bench_output){.mem = b->y, .count = R * N, .dtype = spec->dtype};
   cases[0].out[1] = (cli_bench_output){.mem = b->s, .count = R * N, .dtype = spec->dtype};
   cases[0].out[2] = (cli_bench_output){.mem = b->rstd, .count = R, .dtype = NG_F32};
