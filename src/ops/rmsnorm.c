@@ -223,12 +223,13 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * 117 registers). H100, bf16, rows·N = 2^25, the binary before and this one alternating, two
  * runs: with dW 16384 114.2-115.1 -> 111.1 us (0.80 -> 0.82-0.83), 32768 115.2-115.4 -> 113.6-113.7
  * (0.79 -> 0.80), 65536 119.4-120.1 -> 116.7-117.3 (0.77 -> 0.78); weight frozen 101.7-102.5 ->
- * 100.7-100.9, 103.2-103.8 -> 102.6, 105.6-106.1 -> 104.4-104.9. Without ds_out (RMSNorm's
- * kernel) it was not timed, and RMSNorm's own split backward was even or slower with it (65536
- * with dW 92.7-93.3 -> 93.4-94.8 us). */
+ * 100.7-100.9, 103.2-103.8 -> 102.6, 105.6-106.1 -> 104.4-104.9. RMSNorm's own split backward
+ * (which the fused add without ds_out runs) was even or slower with it (65536 with dW 92.7-93.3
+ * -> 93.4-94.8 us). */
 static unsigned coop_x(bool fused, bool has_ds) {
-  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (fused ? 0 : NG_COOP_AHEAD_F32) |
-         (fused && has_ds ? NG_COOP_BF16_PACK : 0);
+  const bool rms = !fused || !has_ds; /* RMSNorm's kernel (the fused add without ds_out) */
+  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (rms ? NG_COOP_AHEAD_F32 : 0) |
+         (rms ? 0 : NG_COOP_BF16_PACK);
 }
 
 /* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
@@ -242,10 +243,15 @@ static unsigned coop_x(bool fused, bool has_ds) {
  * the 256 × 4 one-row loop of 84a6516 measured 91.9-93.7 there). With dW, w' in local memory
  * lost (three groups 125.5-130.5 us, two 94.3-100.5), and so did frozen w' in registers
  * (81.3-85.3) and four groups (79.6-81.3). f16 rows keep 256 × 4 (with dW 92.2 -> 95.4), and
- * rows of more than 16 such slices (bf16 N > 65536) the 256 × 4 plan (131072 frozen even). */
+ * rows of more than 16 such slices (bf16 N > 65536) the 256 × 4 plan (131072 frozen even).
+ * The fused add without ds_out runs RMSNorm's kernel and takes RMSNorm's plans (this one, and
+ * f32 rows ahead: coop_x); until 2026-11-27 it kept the fused add's plan: H100, rows·N = 2^25,
+ * old and new binaries alternating, three rounds: bf16 frozen 32768 81.9-82.2 -> 76.7-77.9 us,
+ * 65536 84.2-97.3 -> 77.3-77.8, with dW 88.3-90.2 -> 86.3-86.7 and 65536 even; f32 with dW
+ * 65536 116.2-117.6 -> 89.2-89.9, frozen 115.4-121.1 -> 84.5-87.6. */
 static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
                          bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
-  return (!fused && xd == NG_BF16 &&
+  return ((!fused || !has_ds) && xd == NG_BF16 &&
           ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16,
                              2, 2, dw ? 2 : 3, c)) ||
          ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused, has_ds), c);
