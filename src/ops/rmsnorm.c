@@ -201,7 +201,12 @@ ng_status ng_rmsnorm_forward(ng_context *ctx, cl_command_queue queue, const ng_r
  * 1024 × 1 instead, which beat splitting them into sets of one group of 256 × 4 (bf16 N = 8192,
  * with dW 111.1-112.8 us split against 104.3-106.3, frozen 99.9-101.4 against 95.7-96.4). */
 #define FA_DS_COOP_HOLD 1024
-static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_DS_COOP_HOLD : 0; }
+/* The backward's kernel: the fused add's (HAS_DS) only with ds_out; without it, RMSNorm's, whose
+ * split plans it takes too. */
+static bool rms_kernel(bool fused, bool has_ds) { return !fused || !has_ds; }
+static size_t coop_hold(bool fused, bool has_ds) {
+  return rms_kernel(fused, has_ds) ? 0 : FA_DS_COOP_HOLD;
+}
 /* The backward's f32 rows split with two vectors a work-item (H100, rows·N = 2^25, whole
  * backward, column split or rows streamed twice -> split, two runs: RMSNorm with dW 32768
  * 242 -> 175 us, 65536 242 -> 193, frozen 200 -> 175, 229 -> 193; fused add 283 -> 225, 284 -> 222,
@@ -227,7 +232,7 @@ static size_t coop_hold(bool fused, bool has_ds) { return fused && has_ds ? FA_D
  * (which the fused add without ds_out runs) was even or slower with it (65536 with dW 92.7-93.3
  * -> 93.4-94.8 us). */
 static unsigned coop_x(bool fused, bool has_ds) {
-  const bool rms = !fused || !has_ds; /* RMSNorm's kernel (the fused add without ds_out) */
+  const bool rms = rms_kernel(fused, has_ds);
   return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (rms ? NG_COOP_AHEAD_F32 : 0) |
          (rms ? 0 : NG_COOP_BF16_PACK);
 }
@@ -251,7 +256,7 @@ static unsigned coop_x(bool fused, bool has_ds) {
  * 65536 116.2-117.6 -> 89.2-89.9, frozen 115.4-121.1 -> 84.5-87.6. */
 static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
                          bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
-  return ((!fused || !has_ds) && xd == NG_BF16 &&
+  return (rms_kernel(fused, has_ds) && xd == NG_BF16 &&
           ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16,
                              2, 2, dw ? 2 : 3, c)) ||
          ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused, has_ds), c);
@@ -272,7 +277,7 @@ static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fus
  * rows (1024-8192 with dW: 101-117 -> 115-126). */
 static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dtype xd,
                           const char *kind, size_t n, ng_coop *cp) {
-  if (!fused || !has_ds || ctx->tune[NG_TUNE_PREFETCH]) return;
+  if (rms_kernel(fused, has_ds) || ctx->tune[NG_TUNE_PREFETCH]) return;
   if (xd == NG_F32 && n > 32768) return;
   unsigned v[NG_TUNE_SLOTS] = {0};
   if (kind && ng_tuned_lookup(ctx, kind, n, v) && v[NG_TUNE_PREFETCH]) return;
