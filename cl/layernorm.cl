@@ -525,12 +525,15 @@ typedef float accT;
 #else
 #define GRADC(d, j) (d)
 #endif
-#define LN_SUMSC(j)                                                                                  \
+/* LN_SUMSC's step from the row's dy and xhat chunks, which the pipelined loop below also needs for
+ * the partials */
+#define LN_SUMS_OF(dn, xhn, j)                                                                       \
   do {                                                                                               \
-    const floatC xh_ = (NG_LDC(DTYPE, xn, j) - mun) * rsn, g_ = GRADC(NG_LDC(DTYPE, dyn, j), j);     \
-    a1 = ng_fmac(xh_, g_, a1);                                                                       \
+    const floatC g_ = GRADC(dn, j);                                                                  \
+    a1 = ng_fmac(xhn, g_, a1);                                                                       \
     a2 = ng_addc(a2, g_);                                                                            \
   } while (0)
+#define LN_SUMSC(j) LN_SUMS_OF(NG_LDC(DTYPE, dyn, j), (NG_LDC(DTYPE, xn, j) - mun) * rsn, j)
 #define LN_SUMS_TAIL()                                                                               \
   do {                                                                                               \
     const floatV xh_ = (LDX(xn, nv - 1) - mun) * rsn, g_ = GRAD(LDX(dyn, nv - 1), nv - 1);           \
@@ -595,9 +598,7 @@ typedef float accT;
         NG_PF_MEM(xn, j);                                                                            \
         dn_ = NG_LDC(DTYPE, dyn, j);                                                                 \
         xhn_ = (NG_LDC(DTYPE, xn, j) - mun) * rsn;                                                   \
-        const floatC g_ = GRADC(dn_, j);                                                             \
-        a1 = ng_fmac(xhn_, g_, a1);                                                                  \
-        a2 = ng_addc(a2, g_);                                                                        \
+        LN_SUMS_OF(dn_, xhn_, j);                                                                    \
       }                                                                                              \
       const floatC d = NG_LDC(DTYPE, dyr, j), xh = (NG_LDC(DTYPE, xr, j) - mu) * rs;                 \
       STC_(DTYPE, dxr, j, DX_OF(GRADC(d, j), xh));                                                   \

@@ -232,9 +232,8 @@ static size_t coop_hold(bool fused, bool has_ds) {
  * (which the fused add without ds_out runs) was even or slower with it (65536 with dW 92.7-93.3
  * -> 93.4-94.8 us). */
 static unsigned coop_x(bool fused, bool has_ds) {
-  const bool rms = rms_kernel(fused, has_ds);
-  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK | (rms ? NG_COOP_AHEAD_F32 : 0) |
-         (rms ? 0 : NG_COOP_BF16_PACK);
+  return NG_COOP_F32 | NG_COOP_F16 | NG_COOP_F16_PACK |
+         (rms_kernel(fused, has_ds) ? NG_COOP_AHEAD_F32 : NG_COOP_BF16_PACK);
 }
 
 /* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
