@@ -285,6 +285,56 @@ static void test_fused_reduce(void **state) {
  * the rows and the default; f32 rows (the backward's slices of 64·2 vectors: n = 1000, 125
  * vectors, is one on a CPU device) and f16 rows (split as bf16's, their bits widened pair by pair
  * on NVIDIA: NG_F16_PACK), with ds_out in two of their four cases. */
+/* A caller's scratch of exactly the queried size serves the backward with dW, with and without
+ * ds_out, and gives the bits of the library's own scratch: the query computes the split rows'
+ * plans of both kernels (RMSNorm's takes the call without ds_out), so a plan that needed more
+ * partial rows than the query sized would fail here with NG_ERR_BUFFER_TOO_SMALL. */
+static void scratch_exact(size_t rows, size_t n, ng_dtype xd, bool has_ds, uint64_t seed) {
+  ng_test_env *e = ng_test_env_get();
+  ng_fused_add_rmsnorm_params p = {rows, n, 1e-6f, 0.0f, NG_CAST_LLAMA};
+  const size_t cnt = rows * n;
+  ng_rng rng;
+  ng_rng_seed(&rng, seed);
+  float *sv = ng_test_random(&rng, xd, cnt, 0, 1), *dy = ng_test_random(&rng, xd, cnt, 0, 1);
+  float *ds = ng_test_random(&rng, xd, cnt, 0, 1), *w = ng_test_random(&rng, NG_F32, n, 1, 0.1);
+  float *r = malloc(rows * sizeof(float));
+  for (size_t i = 0; i < rows; i++) r[i] = 0.9f;
+  cl_mem bs = ng_test_upload(xd, sv, cnt, 0, 0), bdy = ng_test_upload(xd, dy, cnt, 0, 0);
+  cl_mem bds = ng_test_upload(xd, ds, cnt, 0, 0), bw = ng_test_upload(NG_F32, w, n, 0, 0);
+  cl_mem br = ng_test_upload(NG_F32, r, rows, 0, 0);
+  cl_mem bdx[2], bdw[2];
+  size_t bytes = 0;
+  NG_OK(ng_fused_add_rmsnorm_backward_scratch_size(e->ctx, &p, 1, &bytes));
+  assert_true(bytes > 0);
+  cl_mem sc = ng_test_upload(NG_F32, NULL, bytes / 4, 8, 0);
+  for (int k = 0; k < 2; k++) { /* the library's scratch, then the caller's */
+    bdx[k] = ng_test_upload(xd, NULL, cnt, 0, 0);
+    bdw[k] = ng_test_upload(NG_F32, NULL, n, 0, 0);
+    NG_OK(ng_fused_add_rmsnorm_backward(
+        e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, xd),
+        has_ds ? ng_tensor_of(bds, 0, xd) : ng_tensor_none(), ng_tensor_of(bs, 0, xd),
+        ng_tensor_of(bw, 0, NG_F32), ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx[k], 0, xd),
+        ng_tensor_of(bdw[k], 0, NG_F32), 0, k ? ng_tensor_of(sc, 8, NG_F32) : ng_tensor_none(), 0,
+        NULL, NULL));
+  }
+  const size_t xb = cnt * ng_dtype_size(xd);
+  unsigned char *a = malloc(xb), *b = malloc(xb);
+  CL_OK(clEnqueueReadBuffer(e->queue, bdx[0], CL_TRUE, 0, xb, a, 0, NULL, NULL));
+  CL_OK(clEnqueueReadBuffer(e->queue, bdx[1], CL_TRUE, 0, xb, b, 0, NULL, NULL));
+  if (memcmp(a, b, xb))
+    fail_msg("rows=%zu n=%zu x=%s ds=%d: dx differs with the caller's scratch", rows, n,
+             ng_dtype_name(xd), has_ds);
+  CL_OK(clEnqueueReadBuffer(e->queue, bdw[0], CL_TRUE, 0, n * 4, a, 0, NULL, NULL));
+  CL_OK(clEnqueueReadBuffer(e->queue, bdw[1], CL_TRUE, 0, n * 4, b, 0, NULL, NULL));
+  if (memcmp(a, b, n * 4))
+    fail_msg("rows=%zu n=%zu x=%s ds=%d: dW differs with the caller's scratch", rows, n,
+             ng_dtype_name(xd), has_ds);
+  free(a), free(b), free(sv), free(dy), free(ds), free(w), free(r);
+  for (int k = 0; k < 2; k++) clReleaseMemObject(bdx[k]), clReleaseMemObject(bdw[k]);
+  clReleaseMemObject(bs), clReleaseMemObject(bdy), clReleaseMemObject(bds);
+  clReleaseMemObject(bw), clReleaseMemObject(br), clReleaseMemObject(sc);
+}
+
 static void test_split_rows(void **state) {
   (void)state;
   ng_test_env *e = ng_test_env_get();
@@ -319,6 +369,16 @@ static void test_split_rows(void **state) {
                    false, false, false, k == 2 ? 8 : 0,    0.5f,   1e-5f,         seed++};
       run_case(&c);
     }
+  /* the queried scratch, exactly: on these forced groups, then on the device's own launches
+   * (a GPU splits 65536 on slices of two vectors without ds_out, of four with it) */
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) ng_test_reset_overrides(e->ctx);
+    for (int ds = 0; ds < 2; ds++) {
+      scratch_exact(9, 8000, NG_BF16, ds, seed++);
+      scratch_exact(40, 8000, NG_F32, ds, seed++);
+      scratch_exact(pass ? 8 : 3, pass ? 65536 : 32000, NG_BF16, ds, seed++);
+    }
+  }
   ng_test_reset_overrides(e->ctx);
 }
 

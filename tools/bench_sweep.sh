@@ -11,13 +11,16 @@
 #                        [--frozen weight|all] [--no-torch] [--torch-device auto|cuda|cpu]
 #                        [--torch-impls eager,compile,liger] [--torch-passes forward,backward,both]
 #                        [--liger-path DIR] [--torch-ns "1024 16384"] [--flce-rows R]
-#                        [--flce-ns "4096"] [--vocab V] [--gn-block E]
+#                        [--flce-ns "4096"] [--vocab V] [--gn-block E] [--no-ds-out]
 # --ops all = the five norm ops; flce runs only when named, at --flce-rows × each of --flce-ns with
 # --vocab classes. --frozen weight (default) freezes the weight alone in the frozen backward; all
 # freezes the bias too (both sides get the same flags). --gn-block E gives GroupNorm (rows =
 # channels of one sample) groups of max(1, E/N) channels, blocks of max(E, N) elements, instead of
 # the CLI's 32 groups (many groups, as in a diffusion U-Net; the peers get the same G); E and N
-# powers of two. --torch-impls defaults to
+# powers of two. --no-ds-out times the fused add's backward without ds_out (the last layer's; its
+# rows carry "ds_out": 0 and plot_bench.py lists them as fused-add-rmsnorm/no-ds) and runs no
+# peers for it: PyTorch's autograd always returns the residual's gradient, so no peer does the
+# same work. --torch-impls defaults to
 # eager,compile,liger on CUDA and eager on a CPU; --torch-ns runs the norm ops' peers at those N
 # only (each peer process costs seconds of start-up and torch.compile time). A run that fails
 # leaves an "error" line (the table shows it) and the sweep goes on; the exit status is then 1.
@@ -26,6 +29,7 @@ cli=./build/normgrad-cli ops="rmsnorm" ns="1024 2048 4096 8192 16384 32768 65536
 dtype=bf16 total=$((1 << 25)) out=bench.jsonl torch=1 tdev=auto timpls=""
 tpasses="forward,backward,both"
 liger="" device="" frozen=weight flce_rows=8192 flce_ns=4096 vocab=32000 torch_ns="" gn_block=""
+no_ds=0
 all_ops="rmsnorm fused-add-rmsnorm layernorm groupnorm polynorm"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
     --frozen) frozen=$2; shift 2 ;; --flce-rows) flce_rows=$2; shift 2 ;;
     --flce-ns) flce_ns=$2; shift 2 ;; --vocab) vocab=$2; shift 2 ;;
     --torch-ns) torch_ns=$2; shift 2 ;; --gn-block) gn_block=$2; shift 2 ;;
+    --no-ds-out) no_ds=1; shift ;;
     *) echo "bench_sweep: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -100,6 +105,8 @@ for op in $ops; do
         [ "$pass" = forward ] && [ "$fr" = 1 ] && continue
         flags=()
         [ "$fr" = 1 ] && flags=($freeze_flags)
+        [ "$no_ds" = 1 ] && [ "$op" = fused-add-rmsnorm ] && [ "$pass" = backward ] &&
+          flags+=(--no-ds-out)
         if "$cli" bench "$op" --rows "$rows" --hidden "$n" --dtype "$dtype" --pass "$pass" \
              "${flags[@]}" "${extra[@]}" "${gopt[@]}" "${devopt[@]}" --json > "$tmp" 2> "$err"; then
           cat "$tmp" >> "$out"
@@ -110,6 +117,7 @@ for op in $ops; do
       done
     done
     [ "$torch" = 1 ] || continue
+    [ "$no_ds" = 1 ] && [ "$op" = fused-add-rmsnorm ] && continue
     if [ "$op" != flce ] && [ -n "$torch_ns" ]; then
       case " $torch_ns " in *" $n "*) ;; *) continue ;; esac
     fi

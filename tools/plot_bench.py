@@ -38,6 +38,8 @@ def load(path):
             problems.append({"error": "not JSON: " + line[:200]})
             continue
         r.setdefault("impl", "normgrad")
+        if r.get("ds_out") == 0:  # the fused add's backward without ds_out: its own op here
+            r["op"] += "/no-ds"
         if "error" in r or "skipped" in r or "gbps" not in r:
             problems.append(r)
         else:
@@ -78,10 +80,10 @@ def key(r):
 
 
 def summary(rows, problems):
-    print(f"{'impl':14} {'op':18} {'pass':9} {'N':>6} {'frozen':6} {'ms':>9} {'GB/s':>8} "
+    print(f"{'impl':14} {'op':23} {'pass':9} {'N':>6} {'frozen':6} {'ms':>9} {'GB/s':>8} "
           f"{'copy':>7} {'ratio':>6} {'same':>6}")
     for r in sorted(rows, key=lambda r: key(r) + (r["impl"],)):
-        print(f"{r['impl']:14} {r['op']:18} {r['pass']:9} {r['hidden']:>6} "
+        print(f"{r['impl']:14} {r['op']:23} {r['pass']:9} {r['hidden']:>6} "
               f"{str(bool(r.get('frozen'))):6} {r['median_ms']:9.4f} {r['gbps']:8.1f} "
               f"{r['copy_gbps']:7.0f} {r['ratio']:6.3f} "
               + (f"{r['ratio_same']:6.3f}" if "ratio_same" in r else f"{'':6}")
@@ -97,7 +99,7 @@ def summary(rows, problems):
         groups[key(r)][r["impl"]] = r
     print()
     print("normgrad's speedup (peer ms / normgrad ms, same bytes):")
-    print(f"{'op':18} {'pass':9} {'N':>6} {'frozen':6} {'normgrad ms':>11} {'best peer':>14} "
+    print(f"{'op':23} {'pass':9} {'N':>6} {'frozen':6} {'normgrad ms':>11} {'best peer':>14} "
           f"{'peer ms':>9} {'speedup':>8} {'vs eager':>8}")
     for k in sorted(groups):
         g = groups[k]
@@ -111,7 +113,7 @@ def summary(rows, problems):
         ve = ""
         if eager and ng["median_ms"] > 0:
             ve = f"{eager['median_ms'] / ng['median_ms']:7.2f}x"
-        print(f"{k[0]:18} {ng['pass']:9} {k[2]:>6} {str(k[3]):6} {ng['median_ms']:11.4f} "
+        print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {str(k[3]):6} {ng['median_ms']:11.4f} "
               f"{best['impl']:>14} {best['median_ms']:9.4f} {sp:7.2f}x {ve:>8}")
 
 
@@ -173,7 +175,7 @@ def main():
         ax.set_title(f"{op} {what}" + (f" — {a.title}" if a.title else ""))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # off the lines
-        png = os.path.join(a.out_dir, f"{a.prefix}_{op}_{pass_}.png")
+        png = os.path.join(a.out_dir, f"{a.prefix}_{op.replace('/', '-')}_{pass_}.png")
         fig.tight_layout()
         fig.savefig(png, dpi=110)
         plt.close(fig)

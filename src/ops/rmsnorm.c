@@ -312,8 +312,23 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (!compute_dweight) return NG_SUCCESS;
   /* with NG_ROWS_FIT2's two groups a unit (a call without ds_out); without NG_ROWS_1K and
    * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
-  return ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2, p->rows, p->n, 1, 1,
-                                 coop_hold(fused, true), coop_x(fused, true), bytes);
+  s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2, p->rows, p->n, 1, 1,
+                              coop_hold(fused, true), coop_x(fused, true), bytes);
+  /* the split rows' own plans (rms_bwd_plan), each x dtype, the fused add with and without
+   * ds_out: their slices and sets are computed here rather than assumed to need no more */
+  const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
+  for (int ds = fused ? 1 : 0; ds >= 0 && s == NG_SUCCESS; ds--) {
+    for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
+      const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, true), p->rows, p->n,
+                                                     true, rms_bwd_mode(true, ds, xds[i]));
+      ng_coop c;
+      size_t b = 0;
+      if (rms_bwd_plan(ctx, &l, fused, ds, true, xds[i], p->rows, p->n, &c))
+        s = ng_coop_partials(&c, p->n, 1, &b);
+      if (b > *bytes) *bytes = b;
+    }
+  }
+  return s;
 }
 
 ng_status ng_rmsnorm_backward_scratch_size(ng_context *ctx, const ng_rmsnorm_params *p,
