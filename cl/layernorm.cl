@@ -706,20 +706,21 @@ ng_layernorm_bwd(__global const XT *dy, ulong dy_off, __global const XT *x, ulon
     const float mun = next ? mean[r + 1] : 0.0f, rsn = next ? rstd[r + 1] : 0.0f;
     /* rows r0, r0 + 2, … add their partials with the next row's */
     const bool added = ((r - r0) & 1) != 0;
-    if (fast && next && !added) LN_BWD_CPU_LOOP(1, NG_STCF, 2);
-    else if (fast && next) LN_BWD_CPU_LOOP(1, NG_STCF, 0);
-    else if (fast && !added) LN_BWD_CPU_LOOP(0, NG_STCF, 1);
-    else if (fast) LN_BWD_CPU_LOOP(0, NG_STCF, 0);
-    else if (next && !added) LN_BWD_CPU_LOOP(1, NG_STC, 2);
-    else if (next) LN_BWD_CPU_LOOP(1, NG_STC, 0);
-    else if (!added) LN_BWD_CPU_LOOP(0, NG_STC, 1);
-    else LN_BWD_CPU_LOOP(0, NG_STC, 0);
+    if (fast && next && !added) LN_BWD_CPU_LOOP(1, NG_STCF_NT, 2);
+    else if (fast && next) LN_BWD_CPU_LOOP(1, NG_STCF_NT, 0);
+    else if (fast && !added) LN_BWD_CPU_LOOP(0, NG_STCF_NT, 1);
+    else if (fast) LN_BWD_CPU_LOOP(0, NG_STCF_NT, 0);
+    else if (next && !added) LN_BWD_CPU_LOOP(1, NG_STC_NT, 2);
+    else if (next) LN_BWD_CPU_LOOP(1, NG_STC_NT, 0);
+    else if (!added) LN_BWD_CPU_LOOP(0, NG_STC_NT, 1);
+    else LN_BWD_CPU_LOOP(0, NG_STC_NT, 0);
     if (tail) {
       const uint i = nv - 1;
       if (next) LN_SUMS_TAIL();
       LN_BWD_VEC(i);
     }
   }
+  NG_NT_FENCE();
   NG_FUSED_UNUSED();
 #else
   if (nv <= (uint)(WG * REG)) { /* the row (and its partials) fit in registers */

@@ -519,10 +519,10 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     const float c = (rs * rs * rs) * ng_div(ng_hsum(acc), (float)n);
     acc = (floatV)(0.0f);
     const bool next = r + 1 < r1, fast = w_ok && !isnan(rs);
-    if (fast && next) RMS_BWD_CPU_LOOP(1, NG_RDCF, NG_STCF);
-    else if (fast) RMS_BWD_CPU_LOOP(0, NG_RDCF, NG_STCF);
-    else if (next) RMS_BWD_CPU_LOOP(1, NG_RDC, NG_STC);
-    else RMS_BWD_CPU_LOOP(0, NG_RDC, NG_STC);
+    if (fast && next) RMS_BWD_CPU_LOOP(1, NG_RDCF, NG_STCF_NT);
+    else if (fast) RMS_BWD_CPU_LOOP(0, NG_RDCF, NG_STCF_NT);
+    else if (next) RMS_BWD_CPU_LOOP(1, NG_RDC, NG_STC_NT);
+    else RMS_BWD_CPU_LOOP(0, NG_RDC, NG_STC_NT);
     if (tail) {
       const uint i = nv - 1;
       if (next) acc = fma(LDX(dyn, i) * WPRIME(w, i, offset), LDX(xn, i), acc);
@@ -533,6 +533,7 @@ RMS_BWD(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #endif
     }
   }
+  NG_NT_FENCE();
 #else
 #if COMPUTE_DW
   floatV dwr[REG];
