@@ -3,8 +3,14 @@
 a CSV and PNG plots (GB/s against N, one figure per op and pass, one line per implementation and
 frozen setting, with the device's copy bandwidth as a line), or print them as tables.
 
-    tools/plot_bench.py bench.jsonl --out-dir docs/perf [--title "H100, bf16"]
+    tools/plot_bench.py bench.jsonl [more.jsonl ...] --out-dir docs/perf [--title "H100, bf16"]
+                        [--prefix bench] [--median]
     tools/plot_bench.py --summary bench.jsonl
+
+Several files are read as one. --median keeps one row per cell (implementation, op, pass,
+shape, dtype, frozen settings) where repeated sweeps give several: the run with the median time
+(the faster of the two middle ones for an even count), so the plots and the CSV show the
+median of the sweeps, as the README's tables do.
 
 normgrad has no "both" pass of its own: its forward + backward is derived as the sum of the two
 medians (bytes added too), marked `derived` in the CSV (not for flce, whose backward is already
@@ -45,6 +51,20 @@ def load(path):
         else:
             rows.append(r)
     return rows, problems
+
+
+def median_rows(rows):
+    """One row per cell: the run whose time is the median of the cell's runs."""
+    cells = defaultdict(list)
+    for r in rows:
+        k = (r["impl"], r["op"], r["pass"], r["rows"], r["hidden"], r.get("dtype"),
+             bool(r.get("frozen")), bool(r.get("frozen_bias")), r.get("groups"))
+        cells[k].append(r)
+    out = []
+    for rs in cells.values():
+        rs.sort(key=lambda r: r["median_ms"])
+        out.append(rs[(len(rs) - 1) // 2])
+    return out
 
 
 def add_derived_both(rows):
@@ -119,13 +139,20 @@ def summary(rows, problems):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("jsonl")
+    ap.add_argument("jsonl", nargs="+")
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--title", default="")
     ap.add_argument("--prefix", default="bench")
     ap.add_argument("--summary", action="store_true", help="print tables instead of files")
+    ap.add_argument("--median", action="store_true", help="one row per cell: the median run")
     a = ap.parse_args()
-    rows, problems = load(a.jsonl)
+    rows, problems = [], []
+    for path in a.jsonl:
+        r, p = load(path)
+        rows += r
+        problems += p
+    if a.median:
+        rows = median_rows(rows)
     rows = add_derived_both(rows)
     if a.summary:
         summary(rows, problems)
