@@ -426,6 +426,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   l.wg = (unsigned)wg;
   l.reg_cols = (unsigned)reg;
   if (tune[NG_TUNE_REG_COLS]) l.reg_cols = tune[NG_TUNE_REG_COLS];
+  /* PoCL 3.1 ignores the `i < nv` guard of a one-slot group's stores after its barriers, so a
+   * held row shorter than the group (only a forced GPU shape on a CPU) stored past the row's
+   * end, up to the buffer's (cl/ng_common.clh, NG_UNROLL_STORES). Two slots, the second idle,
+   * store correctly and sum the same values in the same order: the same bits. */
+  if (cpu && l.wg > 1 && l.reg_cols == 1 && nv < l.wg) l.reg_cols = 2;
   l.nv_shfl = d->nv_shfl && l.wg % 32 == 0;
   l.nv_bf16 = d->nv_bf16;
   const bool in_regs = nv <= (size_t)l.wg * l.reg_cols;

@@ -409,12 +409,11 @@ static void test_workgroup_shape(void **state) {
   }
   /* the forward's launch of 16-bit rows of 513-1024 vectors on NVIDIA (NG_ROWS_256X4): 256 × 4,
    * a group a row, the last slot partly idle (8000) or empty (6000); and of 225-256 vectors
-   * (NG_ROWS_W256): 256 × 1, whole rows here; and of 1025-2048 (NG_ROWS_512X4): 512 × 4, the
-   * last slot partly idle (16000). Idle work-items of one slot (test_shapes' 2040 on
-   * NVIDIA) are left out: PoCL 3.1 runs their guarded store anyway, past the row, as it does an
-   * unrolled store loop's (NG_UNROLL_STORES in ng_common.clh). */
+   * (NG_ROWS_W256): 256 × 1, whole rows and rows of 240 vectors (idle work-items of one slot,
+   * which a CPU's launch turns into two slots: PoCL 3.1 ran their guarded store anyway, past
+   * the row); and of 1025-2048 (NG_ROWS_512X4): 512 × 4, the last slot partly idle (16000). */
   const size_t w4[][4] = {{5, 8000, 256, 4}, {6, 6000, 256, 4}, {7, 2048, 256, 1},
-                          {3, 16000, 512, 4}};
+                          {3, 16000, 512, 4}, {5, 1920, 256, 1}};
   for (size_t i = 0; i < NG_ARRAY_LEN(w4); i++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, (unsigned)w4[i][2]));
     NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, (unsigned)w4[i][3]));

@@ -252,6 +252,10 @@ static void test_workgroup_shape(void **state) {
       {256, 4, {6, 6000, NG_BF16, NG_BF16, NG_CAST_GEMMA, false, false, 0, 0.0f, 1e-6f, 411}},
       {512, 2, {3, 8000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, true, 8, 0.5f, 1e-6f, 412}},
       {512, 2, {4, 8192, NG_F16, NG_BF16, NG_CAST_NONE, false, false, 0, 0.0f, 1e-5f, 413}},
+      /* one slot and a row shorter than the group (125 and 255 vectors): on a CPU the host
+       * gives it two slots, as PoCL 3.1 stored past the row from the idle work-items */
+      {128, 1, {5, 1000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, 8, 0.5f, 1e-6f, 414}},
+      {256, 1, {3, 2040, NG_F16, NG_BF16, NG_CAST_GEMMA, true, false, 0, 0.0f, 1e-6f, 415}},
   };
   for (size_t i = 0; i < NG_ARRAY_LEN(held); i++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, held[i].wg));
