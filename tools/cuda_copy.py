@@ -11,6 +11,7 @@ runs timed by CUDA events, after five untimed ones. Needs PyTorch with CUDA; it 
 point for the README, not part of the library.
 """
 import argparse
+import sys
 
 import torch
 
@@ -56,4 +57,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # piped into head: the rest is not wanted
+        sys.stderr.close()
