@@ -334,7 +334,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
-            NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2);
+            NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
+            NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -421,6 +422,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (wide1k) wg = 1024, reg = 1; /* NG_ROWS_1K */
     if (fit2) wg = fit2_wg, reg = 2;  /* NG_ROWS_FIT2 */
   }
+  /* NG_ROWS_F32_1SLOT(_512): f32 rows past the threshold leave the registers (a 16-bit backward
+   * mode carries NG_ROWS_X16; the forwards are given the flag for f32 rows only) */
+  const size_t f32_past = (flags & NG_ROWS_F32_1SLOT_512) ? 512 : (flags & NG_ROWS_F32_1SLOT) ? 768 : 0;
+  if (f32_past && nv8 && !x16 && nv > f32_past) reg = 1;
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
   l.wg = (unsigned)wg;

@@ -626,6 +626,30 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 8192 98.3-98.8 -> 97.4-97.6 us, but rows that leave slots idle lost (5120 99.6-100.8 ->
  * 106.8-107.3, 6144 98.6-100.8 -> 102.9), and so did f16 rows of 8192 (99 -> 118). */
 #define NG_ROWS_512X2 0x8000000
+/* Added by RMSNorm's backward and the fused add's without ds_out (its kernel), LayerNorm's
+ * backward and forward, for f32 rows: on NVIDIA, rows of more than 768 vectors (N > 6144) take
+ * one slot, so that a row longer than the group goes to the op's split path instead of being
+ * held in 512 × 2 or × 4 (f32 rows need twice the registers of 16-bit ones: the held kernels ran
+ * one group a compute unit). With NG_ROWS_F32_1SLOT_512 (the fused add's backward with ds_out
+ * and its forward, which streams such rows) rows of more than 512 vectors. H100, f32, rows·N =
+ * 2^25, the default and the same binary under NORMGRAD_TUNE=reg=1 alternating, two runs (µs; dW
+ * / weight frozen): RMSNorm 7168 157.4-159.3 / 172.3-172.4 -> 159.1-159.8 / 155.2-155.4, 8192
+ * 163.9-165.1 / 173.6-173.8 -> 158.4-159.0 / 153.3-153.6, 12288 182.7-183.5 / 160.4-162.3 ->
+ * 159.4 / 153.3-153.6, 16384 199.0-200.2 / 178.2-180.5 -> 157.6-157.7 / 152.2-152.8 (reg=2);
+ * LayerNorm (dW + dB / dB) 7168 160.6-161.7 / 158.4-158.5 -> 157.2-158.0 / 156.9-157.3, 8192
+ * 165.7-167.6 / 159.9-161.1 -> 157.3-158.4 / 155.7-157.8, 12288 217.8-221.1 / 181.8-184.0 ->
+ * 156.1-157.3 / 153.9-154.1, 16384 209.4-212.6 / 203.7-205.1 -> 156.6-156.8 / 154.4-154.8, its
+ * forward 7168 126.6-126.8 -> 111.7-112.0, 8192 128.7-131.1 -> 107.9-108.9, 12288 122.2-122.6 ->
+ * 108.6-109.2, 16384 120.9-121.4 -> 107.6-107.9; the fused add with ds_out 4608 222.1-223.0 /
+ * 225.0-226.1 -> 221.2-221.3 / 221.6-222.1, 6144 227.9 / 245.2-246.2 -> 208.4-208.5 /
+ * 208.4-208.9, 8192 243.9-244.0 / 257.4-258.1 -> 204.1-204.8 / 201.4-201.9, its forward 4608
+ * 202.1-202.3 -> 196.1-196.8, 6144 212.5-212.8 -> 197.5-198.5, 8192 224.2-224.9 -> 196.7-198.4,
+ * 12288 222.6-223.4 -> 198.0-199.5, 16384 233.3-233.9 -> 197.9-198.0. Left out: RMSNorm's and
+ * LayerNorm's backward at 6144 (RMSNorm with dW 153.8-155.4 -> 165.7-166.4) and 4608 (182 against
+ * 152), LayerNorm's forward at 4608 (129.4-129.7 -> 153.8-154.0), RMSNorm's forward (its split
+ * lost at 4608-12288: 8192 112.5-113.0 -> 116.3-117.3; 16384 even) and PolyNorm's (even). */
+#define NG_ROWS_F32_1SLOT 0x10000000
+#define NG_ROWS_F32_1SLOT_512 0x20000000
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -197,6 +197,13 @@ static void test_shapes(void **state) {
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   rms_case h = {300, 6000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 120};
   run_case(&h);
+  /* f32 rows of 769-2048 vectors: on NVIDIA the backward splits them across work-groups rather
+   * than holding them (NG_ROWS_F32_1SLOT), with dW and frozen */
+  for (int i = 0; i < 2; i++) {
+    rms_case f = {i ? 3 : 40, i ? 12288 : 7168, NG_F32, NG_BF16, NG_CAST_GEMMA, i == 1, false,
+                  0, 0.0f, 1e-6f, 140 + i};
+    run_case(&f);
+  }
   /* 16-bit rows of 513-768 vectors in the backward, more than 8 rows an H100 compute unit: on
    * NVIDIA groups of half the row rounded up to a warp, not a power of two, two a compute unit
    * (NG_ROWS_FIT2: 288 work-items of two vectors at 4608; 288 at 4160, the last 56 with one; 384

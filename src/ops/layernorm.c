@@ -136,11 +136,11 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
  * rows of 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K), and rows
  * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1). */
 static int ln_fwd_mode(ng_dtype xd) {
-  return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? 0 : NG_ROWS_256X4);
+  return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4);
 }
 static int ln_bwd_mode(bool partials, ng_dtype xd) {
   return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640 |
-         NG_ROWS_FULL1;
+         NG_ROWS_FULL1 | NG_ROWS_F32_1SLOT;
 }
 
 /* mean[rows] and rstd[rows], f32. */
@@ -228,12 +228,17 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   if (sections == 0) return NG_SUCCESS;
   s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640, p->rows, p->n, sections, 2,
                               0, LN_COOP_X, bytes);
+  size_t b32 = 0; /* and f32 rows past the registers (NG_ROWS_F32_1SLOT) */
+  if (s == NG_SUCCESS)
+    s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640 | NG_ROWS_F32_1SLOT,
+                                p->rows, p->n, sections, 2, 0, LN_COOP_X, &b32);
+  if (b32 > *bytes) *bytes = b32;
   /* the split rows' own slices (ln_coop_plan): vector rows, bf16, f16 (bf16's slices, with
    * more groups than bf16's with gradients) or f32, whose launch may hold fewer vectors */
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
     const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
-                                                   ng_bwd_mode(true, xds[i]));
+                                                   ng_bwd_mode(true, xds[i]) | NG_ROWS_F32_1SLOT);
     ng_coop c;
     size_t b = 0;
     if (ln_coop_plan(ctx, &l, xds[i], p->rows, p->n, compute_dweight, compute_dbias, &c))

@@ -97,7 +97,7 @@ static bool fwd_coop(bool fused) { return !fused; }
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). The fused
  * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
-  if (xd == NG_F32) return NG_ROWS_FWD;
+  if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : 0);
   if (fused)
     return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
            (xd == NG_BF16 ? NG_ROWS_512X2 : 0);
@@ -293,7 +293,8 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
 static int rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
-                 : NG_ROWS_FIT2 | (xd == NG_BF16 ? NG_ROWS_DW_NOPF : 0));
+                 : NG_ROWS_FIT2 | (xd == NG_BF16 ? NG_ROWS_DW_NOPF : 0)) |
+         (xd != NG_F32 ? 0 : has_ds ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_1SLOT);
 }
 
 /* The tuned-table kind of a backward launch. */
@@ -314,6 +315,13 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
    * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
   s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2, p->rows, p->n, 1, 1,
                               coop_hold(fused, true), coop_x(fused, true), bytes);
+  /* and f32 rows past the registers (NG_ROWS_F32_1SLOT_512 takes those of either threshold) */
+  size_t b32 = 0;
+  if (s == NG_SUCCESS)
+    s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512,
+                                p->rows, p->n, 1, 1, coop_hold(fused, true), coop_x(fused, true),
+                                &b32);
+  if (b32 > *bytes) *bytes = b32;
   /* the split rows' own plans (rms_bwd_plan), each x dtype, the fused add with and without
    * ds_out: their slices and sets are computed here rather than assumed to need no more */
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
