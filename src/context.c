@@ -424,7 +424,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   }
   /* NG_ROWS_F32_1SLOT(_512): f32 rows past the threshold leave the registers (a 16-bit backward
    * mode carries NG_ROWS_X16; the forwards are given the flag for f32 rows only) */
-  const size_t f32_past = (flags & NG_ROWS_F32_1SLOT_512) ? 512 : (flags & NG_ROWS_F32_1SLOT) ? 768 : 0;
+  const size_t f32_past = (flags & NG_ROWS_F32_1SLOT_512) ? 512
+                          : (flags & NG_ROWS_F32_1SLOT)   ? 768
+                                                          : 0;
   if (f32_past && nv8 && !x16 && nv > f32_past) reg = 1;
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;

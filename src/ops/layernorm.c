@@ -134,7 +134,8 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
 /* The forward's launch mode: 16-bit rows of 513-1024 vectors in groups of 256 × 4, a group a row,
  * on NVIDIA (NG_ROWS_256X4). The backward's: with both parameters frozen (no partials), 16-bit
  * rows of 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K), and rows
- * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1). */
+ * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1). f32 rows of more than 768
+ * vectors split, forward and backward, rather than being held (NG_ROWS_F32_1SLOT). */
 static int ln_fwd_mode(ng_dtype xd) {
   return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4);
 }

@@ -95,7 +95,8 @@ static bool fwd_coop(bool fused) { return !fused; }
  * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4),
  * rows of 513-1024 vectors (the fused add's too) by groups of 256 × 4, a group a row
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). The fused
- * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2). */
+ * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2), and its f32
+ * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : 0);
   if (fused)
@@ -288,8 +289,9 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
  * NG_ROWS_ONE); the fused add's with ds_out fewer groups with dW (NG_ROWS_FEW) and more frozen
  * (NG_ROWS_MANY, NG_ROWS_MANY_512), and 1024 × 1 for 16-bit rows of 513-1024 vectors
  * (NG_ROWS_1K); without ds_out (RMSNorm's kernel) groups of half a row (NG_ROWS_FIT2) and bf16
- * rows of 1025-2048 vectors without the prefetch (NG_ROWS_DW_NOPF). The variant list asks for
- * the same. */
+ * rows of 1025-2048 vectors without the prefetch (NG_ROWS_DW_NOPF); f32 rows past 768 vectors
+ * (with ds_out past 512) go to the split rather than being held (NG_ROWS_F32_1SLOT). The variant
+ * list asks for the same. */
 static int rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
