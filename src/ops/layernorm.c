@@ -227,19 +227,14 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640, p->rows, p->n, sections, 2,
-                              0, LN_COOP_X, bytes);
-  size_t b32 = 0; /* and f32 rows past the registers (NG_ROWS_F32_1SLOT) */
-  if (s == NG_SUCCESS)
-    s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640 | NG_ROWS_F32_1SLOT,
-                                p->rows, p->n, sections, 2, 0, LN_COOP_X, &b32);
-  if (b32 > *bytes) *bytes = b32;
+  s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640 | NG_ROWS_F32_1SLOT, p->rows,
+                              p->n, sections, 2, 0, LN_COOP_X, bytes);
   /* the split rows' own slices (ln_coop_plan): vector rows, bf16, f16 (bf16's slices, with
    * more groups than bf16's with gradients) or f32, whose launch may hold fewer vectors */
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
     const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
-                                                   ng_bwd_mode(true, xds[i]) | NG_ROWS_F32_1SLOT);
+                                                   ln_bwd_mode(true, xds[i]));
     ng_coop c;
     size_t b = 0;
     if (ln_coop_plan(ctx, &l, xds[i], p->rows, p->n, compute_dweight, compute_dbias, &c))

@@ -315,11 +315,13 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (!compute_dweight) return NG_SUCCESS;
   /* with NG_ROWS_FIT2's two groups a unit (a call without ds_out); without NG_ROWS_1K and
    * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
-  s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2, p->rows, p->n, 1, 1,
-                              coop_hold(fused, true), coop_x(fused, true), bytes);
-  /* and f32 rows past the registers (NG_ROWS_F32_1SLOT_512 takes those of either threshold) */
+  s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT,
+                              p->rows, p->n, 1, 1, coop_hold(fused, true), coop_x(fused, true),
+                              bytes);
+  /* with ds_out the fused add's f32 rows leave the registers from 513 vectors, not 769
+   * (NG_ROWS_F32_1SLOT_512): that launch too */
   size_t b32 = 0;
-  if (s == NG_SUCCESS)
+  if (s == NG_SUCCESS && fused)
     s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512,
                                 p->rows, p->n, 1, 1, coop_hold(fused, true), coop_x(fused, true),
                                 &b32);
