@@ -7,52 +7,43 @@ Times PyTorch's device-to-device copy (`Tensor.copy_`) over 256 MiB each way, th
 `normgrad-cli bench` also measures through OpenCL, and over the byte counts of the README table's
 passes (64 MiB a bf16 tensor: a forward reads one and writes one), plus `torch.add` of two such
 tensors into a third (three streams, as a frozen backward). Each figure is the median of --reps
-runs timed by CUDA events, after five untimed ones. Needs PyTorch with CUDA; it is a reference
-point for the README, not part of the library.
+repetitions timed by CUDA events with the L2 flushed before each, by tools/bench_torch.py's
+timer (the peers' timing). Needs PyTorch with CUDA; it is a reference point for the README, not
+part of the library.
 """
 import argparse
 import sys
 
 import torch
 
-MIB = 1 << 20
+from bench_torch import COPY_BYTES, MIB, Timer
 
 
-def timed(fn, reps):
-    for _ in range(5):
-        fn()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1000.0)  # us
-    ts.sort()
-    return ts[len(ts) // 2]
+def gbps(timer, fn, nbytes):
+    """(us, GB/s) of fn moving nbytes."""
+    ms = timer.median_ms(fn, nbytes)[0]
+    return ms * 1e3, nbytes / ms / 1e6
 
 
-def copy_gbps(nbytes, reps):
-    a = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+def copy_gbps(timer, each_way):
+    a = torch.ones(each_way // 2, dtype=torch.bfloat16, device="cuda")
     b = torch.empty_like(a)
-    us = timed(lambda: b.copy_(a), reps)
-    return us, 2 * nbytes / us / 1e3
+    return gbps(timer, lambda: b.copy_(a), 2 * each_way)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
-    big_us, big = copy_gbps(256 * MIB, args.reps)
+    timer = Timer(torch, "cuda", 0.0, args.reps, args.reps)
+    big_us, big = copy_gbps(timer, COPY_BYTES)
     print(f"copy 256 MiB each way: {big_us:.1f} us, {big:.0f} GB/s ({torch.cuda.get_device_name()})")
     for mb in (16, 32, 64, 96, 128, 192):
-        us, g = copy_gbps(mb * MIB, args.reps)
+        us, g = copy_gbps(timer, mb * MIB)
         print(f"copy {mb:3d} MiB each way: {us:.1f} us, {g:.0f} GB/s = {g / big:.3f} of the large copy")
     x = torch.ones(64 * MIB // 2, dtype=torch.bfloat16, device="cuda")
     y, z = torch.ones_like(x), torch.empty_like(x)
-    us = timed(lambda: torch.add(x, y, out=z), args.reps)
-    g = 3 * 64 * MIB / us / 1e3
+    us, g = gbps(timer, lambda: torch.add(x, y, out=z), 3 * 64 * MIB)
     print(f"add of two 64 MiB tensors into a third: {us:.1f} us, {g:.0f} GB/s = {g / big:.3f} of the large copy")
 
 
