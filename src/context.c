@@ -335,7 +335,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
-            NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512);
+            NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
+            NG_ROWS_F32_STREAM_1K);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -428,6 +429,14 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                           : (flags & NG_ROWS_F32_1SLOT)   ? 768
                                                           : 0;
   if (f32_past && nv8 && !x16 && nv > f32_past) reg = 1;
+  /* NG_ROWS_F16_1SLOT: the op passes it for f16 rows alone (x16 is set for bf16 too) */
+  if ((flags & NG_ROWS_F16_1SLOT) && nv8 && x16 && nv > NG_F16_1SLOT_MIN &&
+      (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN))
+    reg = 1;
+  /* NG_ROWS_F32_STREAM_1K: the op streams these rows rather than splitting them */
+  if ((flags & NG_ROWS_F32_STREAM_1K) && nv8 && !x16 && fwd && nv > NG_F32_STREAM_MIN &&
+      nv <= NG_F32_STREAM_MAX)
+    reg = 1;
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
   l.wg = (unsigned)wg;

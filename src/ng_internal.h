@@ -650,6 +650,35 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * lost at 4608-12288: 8192 112.5-113.0 -> 116.3-117.3; 16384 even) and PolyNorm's (even). */
 #define NG_ROWS_F32_1SLOT 0x10000000
 #define NG_ROWS_F32_1SLOT_512 0x20000000
+/* Added to NG_ROWS_BWD_DW / NG_ROWS_BWD_FROZEN by RMSNorm's backward (the fused add's without
+ * ds_out too, the same kernel) for f16 rows: on NVIDIA, 16-bit rows of more than 1280 vectors
+ * (N > 10240) take one slot, so that they split across work-groups (sets of 256 × 4 slices)
+ * instead of being held by 512 × 4, one group a compute unit. H100, f16, rows·N = 2^25, the binary
+ * before and this one alternating, two or three runs (µs; dW / weight frozen): 11264 90.5-91.3 /
+ * 78.5-78.9 -> 87.2-87.9 / 77.3-78.7, 12288 91.1-93.6 / 79.4-79.7 -> 86.5-87.3 / 76.5-78.5, 16384
+ * 90.5-92.7 / 77.6-79.4 -> 86.8-87.4 / 78.1-78.5; the fused add without ds_out 12288 90.5-92.0 /
+ * 78.8-79.5 -> 86.0-89.8 / 76.3-76.6, 16384 90.0-90.9 / 77.7-79.0 -> 87.5-87.7 / 77.6; 1000 rows
+ * of 12288 47.1-47.9 -> 44.4-45.2, 100 rows of 16384 21.9-22.0 -> 22.2-22.5. Shorter rows leave
+ * most of the second slice idle: with 1025 vectors (8200) it lost (100.9-101.4 -> 104.5-104.6 with
+ * dW), 1280 (10240) and 1344 (10752) were even to 3 µs faster. bf16 rows keep their launch
+ * (NG_ROWS_DW_NOPF), and LayerNorm's f16 rows theirs: under NORMGRAD_TUNE=reg=1 its backward
+ * gained with dW and dB and with dB alone (16384 97.2-103.7 -> 94.0-94.3, 90.7-91.6 ->
+ * 86.2-86.8 µs) but lost with both parameters frozen, the LoRA case, whose dx must keep the same
+ * bits (10240 75.0-75.4 -> 81.6-82.2, 16384 76.3-76.8 -> 78.3). */
+#define NG_ROWS_F16_1SLOT 0x40000000
+#define NG_F16_1SLOT_MIN 1280
+/* Added to NG_ROWS_FWD by RMSNorm's forward for f32 rows: on NVIDIA, rows of 769-1024 vectors
+ * (N = 6152-8192) take one slot and stream (the op does not split them) instead of being held by
+ * 512 × 2. H100, f32, rows·N = 2^25, the binary before and this one alternating, three runs: 7168
+ * 111.3-112.4 -> 106.1-106.8 us (0.82 -> 0.86), 7680 111.3-111.9 -> 107.1-107.7, 8192
+ * 111.8-113.4 -> 104.5-105.8 (0.81 -> 0.87; four runs of five, the fifth 114.0); 100 rows of 8192
+ * 10.7-11.1 -> 9.9-11.2, 1000 rows 36.1-36.9 -> 34.6-34.7; 769 vectors (6152) even, 113.0-113.6
+ * -> 113.3-113.4. Longer rows keep their launch: streaming lost at 12288-65536 under
+ * NORMGRAD_TUNE (16384 118.4-119.9 -> 131.4-131.5 us), and so did the split at 4608-12288 (8192
+ * 112.5-113.0 -> 116.3-117.3). */
+#define NG_ROWS_F32_STREAM_1K 0x80
+#define NG_F32_STREAM_MIN 768
+#define NG_F32_STREAM_MAX 1024
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -204,6 +204,16 @@ static void test_shapes(void **state) {
                   0, 0.0f, 1e-6f, 140 + i};
     run_case(&f);
   }
+  /* f16 rows of more than 1280 vectors: on NVIDIA the backward splits them too
+   * (NG_ROWS_F16_1SLOT; 1288 vectors, the second slice part-filled), with dW and frozen; f32
+   * rows of 769-1024 vectors, which RMSNorm's forward streams there (NG_ROWS_F32_STREAM_1K) */
+  for (int i = 0; i < 2; i++) {
+    rms_case f = {i ? 5 : 150, 10304, NG_F16, NG_F32, NG_CAST_LLAMA, i == 1, i == 0, 8, 0.0f,
+                  1e-6f, 142 + i};
+    run_case(&f);
+  }
+  rms_case fs = {150, 8184, NG_F32, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 144};
+  run_case(&fs);
   /* 16-bit rows of 513-768 vectors in the backward, more than 8 rows an H100 compute unit: on
    * NVIDIA groups of half the row rounded up to a warp, not a power of two, two a compute unit
    * (NG_ROWS_FIT2: 288 work-items of two vectors at 4608; 288 at 4160, the last 56 with one; 384

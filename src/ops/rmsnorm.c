@@ -89,6 +89,15 @@ static ng_status check_rstd(ng_context *ctx, ng_tensor rstd, size_t rows) {
  * 65536 111.8-112.9 -> 115.1-116.5; neither narrower slices nor larger grids won it back). */
 static bool fwd_coop(bool fused) { return !fused; }
 
+/* RMSNorm's f32 rows of 769-1024 vectors stream on NVIDIA rather than being held or split
+ * (NG_ROWS_F32_STREAM_1K has the numbers): the launch gives them one slot, and the forward does
+ * not split them. */
+static bool fwd_splits(bool fused, ng_dtype xd, const ng_row_launch *l, size_t n) {
+  const size_t nv = n / l->vec;
+  return fwd_coop(fused) &&
+         !(xd == NG_F32 && l->vec == 8 && nv > NG_F32_STREAM_MIN && nv <= NG_F32_STREAM_MAX);
+}
+
 /* The forward's launch mode: RMSNorm's 16-bit rows from N = 4096 take two rows a group on NVIDIA
  * (NG_ROWS_PAIRS: up to 512 vectors; bf16 up to 1024, NG_ROWS_PAIRS_1K, where f16 lost). Shorter
  * rows measured even with it, the fused add's lost (ng_choose_row_launch_k has the numbers).
@@ -98,7 +107,7 @@ static bool fwd_coop(bool fused) { return !fused; }
  * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2), and its f32
  * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
-  if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : 0);
+  if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_STREAM_1K);
   if (fused)
     return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
            (xd == NG_BF16 ? NG_ROWS_512X2 : 0);
@@ -141,7 +150,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
    * a counter area (fwd_coop says why not the fused add's) */
   ng_coop cp;
   cl_mem sync = NULL;
-  if (fwd_coop(fused))
+  if (fwd_splits(fused, x.dtype, &l, p->n))
     s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, FWD_COOP_X, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
@@ -290,12 +299,14 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
  * (NG_ROWS_MANY, NG_ROWS_MANY_512), and 1024 × 1 for 16-bit rows of 513-1024 vectors
  * (NG_ROWS_1K); without ds_out (RMSNorm's kernel) groups of half a row (NG_ROWS_FIT2) and bf16
  * rows of 1025-2048 vectors without the prefetch (NG_ROWS_DW_NOPF); f32 rows past 768 vectors
- * (with ds_out past 512) go to the split rather than being held (NG_ROWS_F32_1SLOT). The variant
- * list asks for the same. */
+ * (with ds_out past 512) and f16 rows past 1024 (without ds_out) go to the split rather than being
+ * held (NG_ROWS_F32_1SLOT, NG_ROWS_F16_1SLOT). The variant list asks for the same. */
 static int rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
-                 : NG_ROWS_FIT2 | (xd == NG_BF16 ? NG_ROWS_DW_NOPF : 0)) |
+                 : NG_ROWS_FIT2 | (xd == NG_BF16   ? NG_ROWS_DW_NOPF
+                                   : xd == NG_F16 ? NG_ROWS_F16_1SLOT
+                                                  : 0)) |
          (xd != NG_F32 ? 0 : has_ds ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_1SLOT);
 }
 
@@ -326,8 +337,9 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
                                 p->rows, p->n, 1, 1, coop_hold(fused, true), coop_x(fused, true),
                                 &b32);
   if (b32 > *bytes) *bytes = b32;
-  /* the split rows' own plans (rms_bwd_plan), each x dtype, the fused add with and without
-   * ds_out: their slices and sets are computed here rather than assumed to need no more */
+  /* the split rows' own plans (rms_bwd_plan) and launches, each x dtype, the fused add with and
+   * without ds_out: their slices and sets are computed here rather than assumed to need no
+   * more */
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (int ds = fused ? 1 : 0; ds >= 0 && s == NG_SUCCESS; ds--) {
     for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
@@ -337,6 +349,12 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
       size_t b = 0;
       if (rms_bwd_plan(ctx, &l, fused, ds, true, xds[i], p->rows, p->n, &c))
         s = ng_coop_partials(&c, p->n, 1, &b);
+      if (b > *bytes) *bytes = b;
+      /* and the launch itself, where a queue without a counter area falls back to it: f16 rows
+       * past 1024 vectors get one slot (NG_ROWS_F16_1SLOT), which the queries above (bf16 and
+       * f32 launches) do not ask for */
+      b = 0;
+      if (s == NG_SUCCESS) s = ng_partials_scratch(ctx, &l, p->rows, p->n, 1, 1, &b);
       if (b > *bytes) *bytes = b;
     }
   }
@@ -583,8 +601,9 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               const bool coop =
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
                                           (size_t)1 << 20, n, &cp)
-                           : fwd_coop(fused) && ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n,
-                                                             0, FWD_COOP_X, &cp);
+                           : fwd_splits(fused, fl[xi], &l, n) &&
+                                 ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n, 0, FWD_COOP_X,
+                                              &cp);
               if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, fl[xi], NULL, n, &cp);
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
