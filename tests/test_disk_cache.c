@@ -932,6 +932,25 @@ static void test_prebuild_gpu_shapes(void **state) {
             fail_msg("op %d, n=%zu, dtype %d, dW %d: '%s' not enumerated", op, n, xi, dw, wg);
         }
   }
+  /* RMSNorm's f32 forward rows of 769-1024 vectors take one slot (NG_ROWS_F32_STREAM_1K: the op
+   * streams them), its f16 backward rows of more than 1280 vectors one slot (NG_ROWS_F16_1SLOT:
+   * the split takes them); the rows either side keep their slots */
+  const size_t fwd_n[][2] = {{6144, 2}, {6152, 1}, {8192, 1}, {8200, 2}, {16384, 2}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(fwd_n); i++) {
+    const ng_row_launch l = ng_choose_row_launch(c, (size_t)1 << 20, fwd_n[i][0], true,
+                                                 NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
+    if (l.reg_cols != fwd_n[i][1])
+      fail_msg("f32 forward, n=%zu: %u slots, want %zu", fwd_n[i][0], l.reg_cols, fwd_n[i][1]);
+  }
+  const size_t bwd_n[][2] = {{8192, 2}, {10240, 4}, {10248, 1}, {16384, 1}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(bwd_n); i++)
+    for (int dw = 0; dw < 2; dw++) {
+      const ng_row_launch l = ng_choose_row_launch(c, (size_t)1 << 20, bwd_n[i][0], true,
+                                                   ng_bwd_mode(dw, NG_F16) | NG_ROWS_F16_1SLOT);
+      if (l.reg_cols != bwd_n[i][1])
+        fail_msg("f16 backward, n=%zu, dW %d: %u slots, want %zu", bwd_n[i][0], dw, l.reg_cols,
+                 bwd_n[i][1]);
+    }
   ng_context_release(c);
 }
 
