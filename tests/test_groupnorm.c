@@ -472,6 +472,14 @@ static void test_one_launch_backward(void **state) {
     gn_case fc = mk(1, 4, 16384, 1, NG_BF16, NG_F32, 0, seed++);
     run_case(&fc);
   }
+  /* f32 and f16 x through the same kernel (on NVIDIA the default for f32 x too, before the
+   * one-pass kernel), at an offset */
+  const ng_dtype lag_xd[] = {NG_F32, NG_F16};
+  for (size_t k = 0; k < NG_ARRAY_LEN(lag_xd); k++) {
+    gn_case fc = mk(1, 4, 16384, 1, lag_xd[k], NG_BF16, 8, seed++);
+    fc.freeze_w = k == 1;
+    run_case(&fc);
+  }
   fwd_same_bits_any_scratch(1, 4, 16384, 1);
   /* which shapes take the backward kernel (bf16, vector rows where S allows): pieces of a
    * channel, and channels of whole chunks, yes; S = 16 (two vectors a channel, units of several

@@ -679,8 +679,18 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
     return fwd_held(ctx, queue, p, &hl, x, weight, bias, y, mean, rstd, nwait, wait, event);
   gn_one one;
   cl_mem sync = NULL; /* the one-pass or one-launch kernel's counters; NULL: the two kernels */
-  const bool onepass = one_plan(ctx, p, &pl.l, x.dtype, &one);
-  const bool lagf = !onepass && fwd_lag_plan(ctx, p, &pl, &one);
+  /* By default the one-launch kernel first, for f32 x too, then the one-pass kernel (f32 x on
+   * NVIDIA, for blocks of more units than the one-launch kernel takes); forced on (reduce=2,
+   * as the tests do), the one-pass kernel first, so that it stays reachable. H100, f32, the
+   * one-pass kernel -> the one-launch kernel, three runs: [1, R, N] with G = 32 at N = 1024 /
+   * 4096 / 65536 137.9-138.9 / 135.3-136.3 / 133.5-134.7 us -> 131.3-132.7 / 131.2-132.3 /
+   * 131.2-132.6 (0.66-0.68 -> 0.69-0.70), [4, 320, 16384] 93.7-94.7 -> 76.1-76.9 (0.61 ->
+   * 0.75); blocks too large for it, [1, 4096, 4096] with G = 4, one-pass against the two
+   * kernels 85.9-86.7 / 85.8-87.2. */
+  const bool lag_first = ctx->fused_reduce == 0;
+  bool lagf = lag_first && fwd_lag_plan(ctx, p, &pl, &one);
+  const bool onepass = !lagf && one_plan(ctx, p, &pl.l, x.dtype, &one);
+  if (!lagf && !onepass && !lag_first) lagf = fwd_lag_plan(ctx, p, &pl, &one);
   if (onepass || lagf) {
     const size_t n = 2 + 2 * p->batch * p->groups;
     s = ng_sync_area(ctx, queue, lagf ? tagged_area(one.tags, n, one.units) : n, &sync);
