@@ -694,7 +694,8 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   c->f16_pack = x_dtype == NG_F16 && (xflags & NG_COOP_F16_PACK) && cl.nv_bf16;
   c->bf16_pack = x_dtype == NG_BF16 && (xflags & NG_COOP_BF16_PACK) && cl.nv_bf16;
   c->ahead = (x_dtype == NG_BF16 && (xflags & NG_COOP_AHEAD_BF16)) ||
-             (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32));
+             (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32)) ||
+             (x_dtype == NG_F16 && (xflags & NG_COOP_AHEAD_F16));
   return true;
 }
 

@@ -302,6 +302,8 @@ typedef struct ng_coop {
 #define NG_COOP_F16_PACK 32u
 /* and the bf16 rows likewise (NG_BF16_PACK) */
 #define NG_COOP_BF16_PACK 64u
+/* and the f16 rows that publish each row's shares ahead (ng_coop.ahead) */
+#define NG_COOP_AHEAD_F16 128u
 /* The split kernel's build options of plan c (NG_COOP_AHEAD, NG_F16_PACK, NG_BF16_PACK) */
 void ng_coop_opts(ng_opts *o, const ng_coop *c);
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its

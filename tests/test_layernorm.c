@@ -412,8 +412,9 @@ static void test_fused_reduce(void **state) {
  * and 8·4000 sixteen of 64·4 (GPUs; elsewhere the column split or rows streamed twice). The
  * forward's slices are of 64·4 vectors: one at 8·100 and 8·200, four at 8·1000 and sixteen at
  * 8·4000. Sets of one group, a few, more than the rows and the default; each parameter
- * configuration, accumulate, offsets; f16 rows (the backward splits as bf16's, the forward
- * streams) and f32 rows (slices of half the vectors: the backward's of 64·1 where at most 16
+ * configuration, accumulate, offsets; f16 rows (the backward splits as bf16's, the forward too in
+ * calls of more rows than compute units, its pairs widened one by one and published ahead on
+ * NVIDIA) and f32 rows (slices of half the vectors: the backward's of 64·1 where at most 16
  * cover the row, else 64·2, the forward's of 64·2; n = 8·100 is one slice of 64·2 on a CPU
  * device). */
 static void test_split_rows(void **state) {
@@ -453,6 +454,11 @@ static void test_split_rows(void **state) {
     }
     run_case(&c);
   }
+  /* the device's own launch: f16 rows of 2600 vectors, three slices of 256·4 on NVIDIA, in a call
+   * of more rows than an H100 has compute units (a CPU device takes its row loop) */
+  ng_test_reset_overrides(e->ctx);
+  ln_case f = make_case(150, 8 * 2600, NG_F16, NG_F32, &PARAMS[configs[0]], 8, seed++);
+  run_case(&f);
   ng_test_reset_overrides(e->ctx);
 }
 

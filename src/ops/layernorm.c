@@ -46,7 +46,7 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
  * 68.6-72.1 -> 64.0-65.0 us (0.64-0.67 -> 0.71-0.72), 131072 80.5-80.7 -> 69.0-69.1 (0.57 ->
  * 0.67). f32 rows split with two vectors a work-item (the bias's registers) beyond the 1024 × 2
  * groups that hold 16384 (f32, two runs: 32768 125.5-126.0 -> 114.7-115.1 us, 65536 148.1-148.3
- * -> 126.1); f16 rows stream (65536 66.4-67.1 -> 83.0-83.4 split).
+ * -> 126.1); f16 rows streamed then (65536 66.4-67.1 -> 83.0-83.4 split; but see below).
  * Since 2026-11-27 each group publishes its pair of the next row before it collects this row's
  * (ng_coop.ahead), on two groups per compute unit (the second slice's registers), and bf16 rows
  * split from 2049 vectors (N > 16384) rather than past the 1024 × 4 groups' 32768. H100, old
@@ -55,13 +55,26 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
  * -> 0.77); f32 65536 127.0-127.3 -> 114.1-115.0 (0.72 -> 0.80). Ahead on three groups per
  * compute unit lost (65536 74.0-74.5 us, f32 143.1-144.7), on four too (65.2-66.6, 155), and at
  * 32768 the split without it (62.3-62.7) did not beat the held row; at 16384 the split lost
- * before (60.1-61.7 against 54.4-54.7). */
+ * before (60.1-61.7 against 54.4-54.7).
+ * Since 2026-11-27 (later) f16 rows split as bf16's, their bits widened pair by pair
+ * (NG_COOP_F16_PACK) and each row's pair published ahead, in calls of more rows than compute
+ * units. H100, f16, rows·N = 2^25, streaming -> split under a measurement build, two runs: 65536
+ * 68.4-68.8 -> 60.6-60.9 us, 131072 80.4-80.5 -> 66.2-67.2; without the ahead exchange 65536
+ * 67.6-68.1, 32768 63.9-64.0 (the early f16 kernel, before the pairs: 65536 66.4-67.1 ->
+ * 83.0-83.4); 100 rows of 65536 21.6-23.4 -> 24.9-25.9, hence the rows condition. Then the
+ * binary before and this one alternating, two runs: 65536 68.1-68.4 -> 61.1-61.5 (0.68 ->
+ * 0.75-0.76), 131072 79.9-80.4 -> 66.7-67.0 (0.58 -> 0.69), 32768 62.2-62.4 -> 60.2-60.7 (0.74 ->
+ * 0.76-0.77), 24576 61.5-62.0 -> 60.1-60.7, 200 rows of 65536 36.9-37.9 -> 34.5-34.6; bf16
+ * unchanged. */
 #define LN_FWD_COOP_HOLD 2048
 static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd,
                              size_t rows, size_t n, ng_coop *c) {
-  const size_t hold = xd == NG_BF16 ? LN_FWD_COOP_HOLD : 0;
+  const bool f16 = xd == NG_F16 && rows > ctx->info.compute_units;
+  const size_t hold = xd == NG_BF16 || f16 ? LN_FWD_COOP_HOLD : 0;
   return ng_coop_plan_shape(ctx, l, xd, rows, n, hold,
-                            NG_COOP_F32 | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32, 4, 1, 2, c);
+                            NG_COOP_F32 | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 |
+                                (f16 ? NG_COOP_F16 | NG_COOP_F16_PACK | NG_COOP_AHEAD_F16 : 0),
+                            4, 1, 2, c);
 }
 
 /* The backward's rows split across groups (ng_layernorm_bwd_coop): slices of 256 × 2 vectors,
