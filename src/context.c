@@ -434,9 +434,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN))
     reg = 1;
   /* NG_ROWS_F32_STREAM_1K: the op streams these rows rather than splitting them */
-  if ((flags & NG_ROWS_F32_STREAM_1K) && nv8 && !x16 && fwd && nv > NG_F32_STREAM_MIN &&
-      nv <= NG_F32_STREAM_MAX)
-    reg = 1;
+  if ((flags & NG_ROWS_F32_STREAM_1K) && nv8 && !x16 && fwd && ng_f32_stream_rows(nv)) reg = 1;
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
   l.wg = (unsigned)wg;

@@ -679,8 +679,8 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * NORMGRAD_TUNE (16384 118.4-119.9 -> 131.4-131.5 us), and so did the split at 4608-12288 (8192
  * 112.5-113.0 -> 116.3-117.3). */
 #define NG_ROWS_F32_STREAM_1K 0x80
-#define NG_F32_STREAM_MIN 768
-#define NG_F32_STREAM_MAX 1024
+/* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */
+static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024; }
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }

@@ -687,10 +687,14 @@ ng_status ng_groupnorm_forward(ng_context *ctx, cl_command_queue queue,
    * 131.2-132.6 (0.66-0.68 -> 0.69-0.70), [4, 320, 16384] 93.7-94.7 -> 76.1-76.9 (0.61 ->
    * 0.75); blocks too large for it, [1, 4096, 4096] with G = 4, one-pass against the two
    * kernels 85.9-86.7 / 85.8-87.2. */
-  const bool lag_first = ctx->fused_reduce == 0;
-  bool lagf = lag_first && fwd_lag_plan(ctx, p, &pl, &one);
-  const bool onepass = !lagf && one_plan(ctx, p, &pl.l, x.dtype, &one);
-  if (!lagf && !onepass && !lag_first) lagf = fwd_lag_plan(ctx, p, &pl, &one);
+  bool lagf = false, onepass = false;
+  if (ctx->fused_reduce == 0) {
+    lagf = fwd_lag_plan(ctx, p, &pl, &one);
+    onepass = !lagf && one_plan(ctx, p, &pl.l, x.dtype, &one);
+  } else {
+    onepass = one_plan(ctx, p, &pl.l, x.dtype, &one);
+    lagf = !onepass && fwd_lag_plan(ctx, p, &pl, &one);
+  }
   if (onepass || lagf) {
     const size_t n = 2 + 2 * p->batch * p->groups;
     s = ng_sync_area(ctx, queue, lagf ? tagged_area(one.tags, n, one.units) : n, &sync);

@@ -93,9 +93,7 @@ static bool fwd_coop(bool fused) { return !fused; }
  * (NG_ROWS_F32_STREAM_1K has the numbers): the launch gives them one slot, and the forward does
  * not split them. */
 static bool fwd_splits(bool fused, ng_dtype xd, const ng_row_launch *l, size_t n) {
-  const size_t nv = n / l->vec;
-  return fwd_coop(fused) &&
-         !(xd == NG_F32 && l->vec == 8 && nv > NG_F32_STREAM_MIN && nv <= NG_F32_STREAM_MAX);
+  return fwd_coop(fused) && !(xd == NG_F32 && l->vec == 8 && ng_f32_stream_rows(n / 8));
 }
 
 /* The forward's launch mode: RMSNorm's 16-bit rows from N = 4096 take two rows a group on NVIDIA
