@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Compare normgrad builds or settings the way docs/tuning.md's tables are measured: every case
+under every variant, the variants alternating within each round (so a machine's drift hits them
+alike), then each case's range over the rounds per variant.
+
+  tools/ab_bench.py --variant NAME=CLI [--variant NAME=CLI ...] [--env NAME:VAR=VALUE ...]
+                    [--case "OP ARGS"]... [--cases-file FILE] [--rounds R] [--out FILE]
+
+  --variant NAME=CLI   a variant: a name and the normgrad-cli binary it runs (repeat; the first
+                       is the baseline the others are set against)
+  --env NAME:VAR=VAL   an environment variable for one variant (repeat), e.g.
+                       --env new:NORMGRAD_TUNE=wg=512,reg=1; a variant may reuse another's binary
+  --case "OP ARGS"     the arguments of one `normgrad-cli bench` call (repeat), e.g.
+                       "rmsnorm --rows 8192 --hidden 4096 --dtype bf16 --pass backward"
+  --cases-file FILE    cases one per line (blank lines and lines starting with # skipped)
+  --rounds R           rounds (default 2)
+  --out FILE           every bench result as a JSON line with "variant" and "round" added
+
+For each case it prints each variant's median time over its rounds as min-max, the ratio to the
+copy of the same run, each kernel's time (where a pass has several), and its median time against
+the baseline's (+ slower, - faster). A call that fails is reported and the rest go on; the exit
+status is then 1. Speed is measured here, never in tests (tests/cli/ab_bench.sh checks only that
+the script runs and reports).
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=CLI")
+    p.add_argument("--env", action="append", default=[], metavar="NAME:VAR=VALUE")
+    p.add_argument("--case", action="append", default=[], metavar="OP ARGS")
+    p.add_argument("--cases-file")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    variants, names = [], set()
+    for v in a.variant:
+        name, sep, cli = v.partition("=")
+        if not sep or not name or not cli:
+            p.error(f"--variant {v!r}: expected NAME=CLI")
+        if name in names:
+            p.error(f"--variant {name!r} given twice")
+        names.add(name)
+        variants.append({"name": name, "cli": cli, "env": {}})
+    if not variants:
+        p.error("at least one --variant")
+    for e in a.env:
+        name, sep, assign = e.partition(":")
+        var, sep2, val = assign.partition("=")
+        if not sep or not sep2 or not var:
+            p.error(f"--env {e!r}: expected NAME:VAR=VALUE")
+        match = [v for v in variants if v["name"] == name]
+        if not match:
+            p.error(f"--env {e!r}: no variant named {name!r}")
+        match[0]["env"][var] = val
+    cases = list(a.case)
+    if a.cases_file:
+        with open(a.cases_file) as f:
+            cases += [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
+    if not cases:
+        p.error("at least one --case or a --cases-file with cases")
+    if a.rounds < 1:
+        p.error("--rounds must be at least 1")
+    return a, variants, cases
+
+
+def run_bench(variant, case):
+    """One `bench --json` call; returns (result dict, None) or (None, error text)."""
+    cmd = [variant["cli"], "bench"] + shlex.split(case) + ["--json"]
+    env = dict(os.environ, **variant["env"])
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    except OSError as e:
+        return None, str(e)
+    if r.returncode != 0:
+        err = (r.stderr.strip() or r.stdout.strip()).splitlines()
+        return None, f"exit {r.returncode}: {err[-1] if err else ''}"
+    try:
+        return json.loads(r.stdout), None
+    except ValueError:
+        return None, "no JSON on stdout"
+
+
+def span(xs, fmt):
+    lo, hi = min(xs), max(xs)
+    return fmt % lo if fmt % lo == fmt % hi else (fmt % lo) + "-" + (fmt % hi)
+
+
+def main(argv):
+    a, variants, cases = parse_args(argv)
+    out = open(a.out, "w") if a.out else None
+    results = {}  # (case, variant) -> [result, ...]
+    failed = False
+    for rnd in range(1, a.rounds + 1):
+        for case in cases:
+            for v in variants:
+                res, err = run_bench(v, case)
+                if err:
+                    failed = True
+                    print(f"error: round {rnd}, {v['name']}, {case}: {err}", file=sys.stderr)
+                    if out:
+                        out.write(json.dumps({"variant": v["name"], "round": rnd, "case": case,
+                                              "error": err}) + "\n")
+                    continue
+                res = dict(res, variant=v["name"], round=rnd, case=case)
+                results.setdefault((case, v["name"]), []).append(res)
+                if out:
+                    out.write(json.dumps(res) + "\n")
+                    out.flush()
+    if out:
+        out.close()
+    base = variants[0]["name"]
+    for case in cases:
+        print(f"== {case}")
+        base_rs = results.get((case, base))
+        base_med = statistics.median(r["median_ms"] for r in base_rs) if base_rs else None
+        for v in variants:
+            rs = results.get((case, v["name"]))
+            if not rs:
+                print(f"  {v['name']:<12} (no result)")
+                continue
+            us = [r["median_ms"] * 1000 for r in rs]
+            line = f"  {v['name']:<12} {span(us, '%.1f'):>13} us"
+            line += f"  ratio {span([r['ratio'] for r in rs], '%.2f')}"
+            kernels = {}
+            for r in rs:
+                for k in r.get("each_kernel", []):
+                    kernels.setdefault(k["name"], []).append(k["median_ms"] * 1000)
+            if len(kernels) > 1:
+                line += "  " + " ".join(f"{n}={span(t, '%.1f')}" for n, t in kernels.items())
+            if base_med and v["name"] != base:
+                rel = statistics.median(r["median_ms"] for r in rs) / base_med - 1
+                line += "  time %+.1f%%" % (100 * rel)
+            print(line)
+        copies = [r["copy_gbps"] for v in variants for r in results.get((case, v["name"]), [])]
+        if copies:
+            print(f"  copy {span(copies, '%.0f')} GB/s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
