@@ -1,6 +1,7 @@
 /* Kernel sources: embedded into the library at build time (cmake/embed_cl.cmake generates the
- * table), or, in a development build (-DNG_DEV_KERNEL_DIR=ON), read from cl/ at every build so a
- * kernel edit needs no relink. Each program is the shared header followed by one op file. */
+ * table), or, in a development build (-DNG_DEV_KERNEL_DIR=ON), read from cl/ (or the folder
+ * NORMGRAD_KERNEL_DIR names) at every build so a kernel edit needs no relink. Each program is the
+ * shared header followed by one op file. */
 #include "ng_internal.h"
 
 #include <stdio.h>
@@ -19,9 +20,18 @@ uint64_t ng_fnv1a(uint64_t h, const void *data, size_t len) {
 }
 
 #ifdef NG_KERNEL_DIR
+/* The folder a development build reads: cl/ of the source tree, or the one NORMGRAD_KERNEL_DIR
+ * names (a copy of cl/ with a kernel edited), so that one binary runs either kernel in an A/B
+ * comparison (tools/ab_bench.py --env NAME:NORMGRAD_KERNEL_DIR=...). Release builds embed their
+ * sources and never read this variable. */
+static const char *kernel_dir(void) {
+  const char *d = getenv("NORMGRAD_KERNEL_DIR");
+  return d && d[0] ? d : NG_KERNEL_DIR;
+}
+
 static ng_status read_file(const char *file, char **out, size_t *len) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/%s", NG_KERNEL_DIR, file);
+  snprintf(path, sizeof path, "%s/%s", kernel_dir(), file);
   FILE *f = fopen(path, "rb");
   if (!f) return ng_fail(NG_ERR_IO, "cannot open kernel source %s", path);
   fseek(f, 0, SEEK_END);
