@@ -175,6 +175,8 @@ static const cli_bench_more *more_of(const cli_bench_case *c) {
 static double last_host_ns;
 static cl_ulong last_each_ns[EACH_MAX];
 static const char *last_names[EACH_MAX];
+/* The detail message of the op call that failed, if one did (timed_run) */
+static char run_detail[1024];
 
 static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, cl_mem flush,
                            size_t flush_bytes, unsigned rep, double *ns, unsigned *kernels) {
@@ -190,6 +192,8 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
   const double h0 = cli_now_s();
   s = c->run(env, state);
   last_host_ns = (cli_now_s() - h0) * 1e9;
+  /* ng_profile_end_each starts by clearing the library's detail message: keep the op's */
+  if (s != NG_SUCCESS) snprintf(run_detail, sizeof run_detail, "%s", ng_last_error_detail());
   cl_ulong t = 0;
   ng_status s2 = ng_profile_end_each(&t, kernels, last_each_ns, last_names, EACH_MAX);
   if (s == NG_SUCCESS) s = s2;
@@ -201,6 +205,7 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
 int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
               const char *pass, bool json) {
   char err[1024] = "";
+  run_detail[0] = '\0';
   cli_device_desc dev;
   cli_describe_device(env->device, &dev);
   cli_progress_enable(!json); /* --json output is for programs: no decoration anywhere */
@@ -423,7 +428,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   rc = CLI_OK;
   goto out;
 failed:
-  rc = cli_fail_status(s, "bench", err, sizeof err);
+  rc = cli_fail_status_detail(s, "bench", run_detail[0] ? run_detail : ng_last_error_detail(),
+                              err, sizeof err);
   cli_error(rc, "bench %s %s: %s", op->name, c->pass, err);
 out:
   free(t);

@@ -82,6 +82,9 @@ int cli_download(cli_env *env, cl_mem mem, const char *name, ng_dtype dtype, int
  * that fits it: CLI_USAGE for argument errors (NG_ERR_* other than build/device ones), else
  * CLI_DEVICE. */
 int cli_fail_status(ng_status s, const char *what, char *err, size_t errlen);
+/* The same with a detail message the caller kept (the library's is replaced by the next call). */
+int cli_fail_status_detail(ng_status s, const char *what, const char *detail, char *err,
+                           size_t errlen);
 
 /* ---- benchmarks -------------------------------------------------------------------------------- */
 typedef struct cli_bench_spec {

@@ -34,7 +34,11 @@ const cli_op *cli_find_op(const char *name) {
 }
 
 int cli_fail_status(ng_status s, const char *what, char *err, size_t errlen) {
-  const char *detail = ng_last_error_detail();
+  return cli_fail_status_detail(s, what, ng_last_error_detail(), err, errlen);
+}
+
+int cli_fail_status_detail(ng_status s, const char *what, const char *detail, char *err,
+                           size_t errlen) {
   fmt(err, errlen, "%s: %s: %s%s%s%s", what, ng_status_name(s), ng_status_message(s),
       detail && *detail ? " (" : "", detail && *detail ? detail : "",
       detail && *detail ? ")" : "");
