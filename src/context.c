@@ -502,8 +502,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 3-10 % (RMSNorm 1024 137.2-138.2 -> 144.0-144.8, already at the copy's rate), and
        * 512-vector rows (4096) lost with two rows a group, so both keep a group a row. */
       rows_per = 4;
+      /* NG_ROWS_FULL1, LayerNorm's alone: RMSNorm's and the fused add's lost 5-13 % a group a
+       * row (RMSNorm bf16 1024 73.4-74.7 -> 79.2-79.9 us) and were even with two rows */
       if ((flags & NG_ROWS_FULL1) && nv == (size_t)l.wg * l.reg_cols && rows > rows_per * wave)
-        rows_per = 1; /* NG_ROWS_FULL1 */
+        rows_per = 1;
     }
     if (rows_per) {
       const size_t want = (rows + rows_per - 1) / rows_per;
@@ -733,6 +735,10 @@ void ng_launch_opts(ng_opts *o, const ng_row_launch *l) {
 }
 
 /* ---- in-kernel reductions ------------------------------------------------------------------ */
+/* Groups that may wait in one launch: half the compute units (one on a CPU), so that the groups
+ * they wait for find a slot even beside a second such kernel on another queue. The compute units
+ * less one (fewer rounds for the in-kernel sums) measured within the runs' spread on the H100
+ * (docs/tuning.md, "In-kernel gradient reduction"), so the margin stays. */
 size_t ng_max_waiting_groups(const ng_context *ctx) {
   const bool cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
   return cpu || ctx->info.compute_units < 4 ? 1 : ctx->info.compute_units / 2;
