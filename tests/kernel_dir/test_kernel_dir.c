@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "ng_test.h" /* NG_RUN_GROUP_TESTS alone: nothing of the test library is linked */
+
 static char tmp[64];
 
 static char *slurp(const char *path, size_t *len) {
@@ -95,7 +97,7 @@ int main(void) {
       cmocka_unit_test(test_tree_folder),
       cmocka_unit_test(test_named_folder),
   };
-  const int r = cmocka_run_group_tests(tests, NULL, NULL);
+  const int r = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   char path[128];
   snprintf(path, sizeof path, "%s/ng_common.clh", tmp);
   unlink(path);
