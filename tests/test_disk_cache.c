@@ -32,22 +32,6 @@ static char *fresh_dir(void) {
   return t;
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(len > 0 ? (size_t)len : 1);
-  if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-    free(b);
-    b = NULL;
-  }
-  fclose(f);
-  *n = (size_t)len;
-  return b;
-}
-
 static void write_file(const char *path, const void *b, size_t n) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -266,7 +250,7 @@ static void test_corrupt_and_truncated(void **state) {
   snprintf(path, sizeof path, "%s", l->e[0].path);
   free(l);
   size_t n = 0;
-  unsigned char *good = read_file(path, &n);
+  unsigned char *good = (unsigned char *)ng_test_slurp(path, &n);
   assert_non_null(good);
   assert_true(n > 200);
 
@@ -325,7 +309,7 @@ static void test_foreign_entries(void **state) {
   assert_non_null(f32e);
   assert_non_null(bf16e);
   size_t n = 0;
-  unsigned char *good = read_file(f32e->path, &n);
+  unsigned char *good = (unsigned char *)ng_test_slurp(f32e->path, &n);
   assert_non_null(good);
   const uint32_t klen = good[12] | good[13] << 8 | good[14] << 16 | (uint32_t)good[15] << 24;
   char *key = malloc(klen + 1);
@@ -353,13 +337,15 @@ static void test_foreign_entries(void **state) {
     EXPECT_STATS(c, 1, 0, 0, 1, 1, 0);
     ng_context_release(c);
     size_t m = 0;
-    unsigned char *now = read_file(f32e->path, &m);
+    unsigned char *now = (unsigned char *)ng_test_slurp(f32e->path, &m);
+    assert_non_null(now);
     assert_true(m > 40 + klen && memcmp(now + 40, key, klen) == 0); /* the right key again */
     free(now);
   }
 
   /* The f32 program's (valid) entry under the bf16 program's file name. */
-  unsigned char *f32bytes = read_file(f32e->path, &n);
+  unsigned char *f32bytes = (unsigned char *)ng_test_slurp(f32e->path, &n);
+  assert_non_null(f32bytes);
   write_file(bf16e->path, f32bytes, n);
   free(f32bytes);
   c = ctx_with(dir);

@@ -64,16 +64,8 @@ char *ng_cli_path_in(const char *dir, const char *name) {
 
 /* ---- running the binary ---------------------------------------------------------------------- */
 char *ng_cli_slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-  assert_non_null(s);
-  s[fread(s, 1, (size_t)(n > 0 ? n : 0), f)] = '\0';
-  fclose(f);
-  return s;
+  char *s = ng_test_slurp(path, NULL);
+  return s ? s : strdup("");
 }
 
 /* argv for the binary: ng_cli_path, then args. */

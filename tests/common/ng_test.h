@@ -30,6 +30,23 @@ static inline int ng_test_list(const struct CMUnitTest *t, size_t n) {
   for (size_t i = 0; i < n; i++) printf("%s\n", t[i].name);
   return 0;
 }
+/* The whole file at path, NUL-terminated (its length in *len when len is not NULL), or NULL when
+ * it cannot be opened. Header-only, so that test_kernel_dir, which links nothing of the test
+ * library, shares it. */
+static inline char *ng_test_slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  const long end = ftell(f), n = end > 0 ? end : 0;
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  assert_non_null(s);
+  const size_t got = fread(s, 1, (size_t)n, f);
+  fclose(f);
+  s[got] = '\0';
+  if (len) *len = got;
+  return s;
+}
 #define NG_RUN_GROUP_TESTS(tests, setup, teardown)                                                 \
   (ng_test_list(tests, sizeof(tests) / sizeof((tests)[0])) == 0                                    \
        ? 0                                                                                         \

@@ -16,24 +16,9 @@
 
 #include <cmocka.h>
 
-#include "ng_test.h" /* NG_RUN_GROUP_TESTS alone: nothing of the test library is linked */
+#include "ng_test.h" /* its inline helpers alone: nothing of the test library is linked */
 
 static char tmp[64];
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  const long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  b[n] = '\0';
-  *len = (size_t)n;
-  return b;
-}
 
 static void put(const char *dir, const char *file, const char *text) {
   char path[256];
@@ -51,7 +36,8 @@ static void expect_parts(const ng_source *src, const char *dir, const char *op) 
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, files[i]);
     size_t len = 0;
-    char *want = slurp(path, &len);
+    char *want = ng_test_slurp(path, &len);
+    assert_non_null(want);
     assert_int_equal(src->lens[i], len);
     assert_memory_equal(src->parts[i], want, len);
     free(want);
