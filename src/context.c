@@ -336,7 +336,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
-            NG_ROWS_F32_STREAM_1K);
+            NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -486,6 +486,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 77.6-77.7 (before the chunks 1024 lost, 85.3-85.6 -> 86.1-87.7). dbias alone at 4096,
        * which keeps the separate sum, lost: 79.4-79.7 -> 82.9-83.3. */
       prefetch = true;
+    }
+    if ((flags & NG_ROWS_POLY_F16_3) && (poly_dw || poly_db) && nv16 && nv > 256 && nv <= 512 &&
+        l.wg == 256) {
+      g = (size_t)d->compute_units * 3; /* NG_ROWS_POLY_F16_3 */
+      prefetch = false;
     }
     if (one && nv16 && in_regs && l.reg_cols >= 4)
       g = d->compute_units; /* NG_ROWS_ONE */

@@ -679,6 +679,16 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * NORMGRAD_TUNE (16384 118.4-119.9 -> 131.4-131.5 us), and so did the split at 4608-12288 (8192
  * 112.5-113.0 -> 116.3-117.3). */
 #define NG_ROWS_F32_STREAM_1K 0x80
+/* Added to NG_ROWS_POLY_BWD by PolyNorm's backward with a gradient (dweight or dbias) for f16
+ * rows: on NVIDIA, rows of 257-512 vectors (N = 2056-4096), held by 256 work-items, run on one
+ * resident wave of three groups a compute unit without the next-row prefetch, instead of eight
+ * a unit with it. The frozen pass keeps its launch (its grid is its own; the shape, and so dx's
+ * bits, is unchanged). H100, f16, rows·N = 2^25, under NORMGRAD_TUNE=groups=396,prefetch=1
+ * beside the default, two runs: with dW 2176 113.9-115.3 -> 106.3-107.6 us (0.60 -> 0.64-0.65),
+ * 3072 92.7-93.9 -> 89.7-89.9, 4096 84.9-86.3 -> 82.2-83.0 (0.80-0.81 -> 0.83), dB alone 4096
+ * 85.5-86.0 -> 81.3-82.2 (0.80 -> 0.84). bf16 rows keep theirs: even with dW (2176 -2.7 %,
+ * 2560-3584 within 0.6 %), and dB alone at 2560 lost 6 % (90.3-90.8 -> 95.9-96.3). */
+#define NG_ROWS_POLY_F16_3 0x40
 /* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */
 static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024; }
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {

@@ -199,6 +199,12 @@ static void test_shapes(void **state) {
   pn_case f = mk(300, 4096, NG_F16, NG_F32, 0, 320);
   f.freeze_w = true;
   run_case(&f);
+  /* f16 rows of 257-512 vectors with a gradient: on NVIDIA one wave of three groups a compute
+   * unit, each of several rows (NG_ROWS_POLY_F16_3), with dW and dB, then dB alone */
+  pn_case g = mk(1500, 3000, NG_F16, NG_F32, 0, 321);
+  run_case(&g);
+  g.freeze_w = true;
+  run_case(&g);
 }
 
 /* f16 x around 100: x⁶ ≈ 1e12, far past f16's 65504. The powers are formed in f32, so y, rstd

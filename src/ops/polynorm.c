@@ -162,15 +162,18 @@ static int fwd_mode(ng_dtype xd) {
   return NG_ROWS_FWD | NG_ROWS_PAIRS | (xd == NG_F32 ? 0 : NG_ROWS_X16);
 }
 
-/* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone). */
+/* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone;
+ * NG_ROWS_POLY_F16_3 for f16 rows with either). */
 static int bwd_mode(ng_dtype xd, bool dw, bool db) {
   return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) |
-         (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0);
+         (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0) |
+         (xd == NG_F16 && (dw || db) ? NG_ROWS_POLY_F16_3 : 0);
 }
 
 /* The row launch of the forward (bwd false) or of the backward (with dweight: dw; dbias: db) and
  * its scratch query (the group count, which sizes the partials, depends on neither alignment nor
- * the gradients). */
+ * the gradients, except that NG_ROWS_POLY_F16_3 lowers it for f16 rows with a gradient: the
+ * query's f32 launch without gradients stays the largest). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
                             bool bwd, bool dw, bool db, ng_dtype xd) {
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
