@@ -336,7 +336,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
-            NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3);
+            NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -392,6 +392,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                       maxwg >= 512 && more;
   const bool w512x2 = (flags & NG_ROWS_512X2) != 0 && fwd && nv8 && nv == 1024 && maxwg >= 512 &&
                       more;
+  const bool w128x4 = (flags & NG_ROWS_FWD_128X4) != 0 && (fwd || mode == NG_ROWS_FWD_RAW16) &&
+                      nv8 && nv > 256 && nv <= 384 && maxwg >= 128 && more;
   const bool dw_nopf = (flags & NG_ROWS_DW_NOPF) != 0 && backward && nv8 && x16 && nv > 1024 &&
                        nv <= 2048;
   const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
@@ -414,6 +416,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (w256) wg = 256, reg = 1;   /* NG_ROWS_W256 (a group a row: nv <= 512 below) */
     if (w512x4) wg = 512, reg = 4; /* NG_ROWS_512X4 */
     if (w512x2) wg = 512, reg = 2; /* NG_ROWS_512X2 (in place of NG_ROWS_256X4) */
+    if (w128x4) wg = 128, reg = 4; /* NG_ROWS_FWD_128X4 */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;

@@ -689,6 +689,19 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 85.5-86.0 -> 81.3-82.2 (0.80 -> 0.84). bf16 rows keep theirs: even with dW (2176 -2.7 %,
  * 2560-3584 within 0.6 %), and dB alone at 2560 lost 6 % (90.3-90.8 -> 95.9-96.3). */
 #define NG_ROWS_POLY_F16_3 0x40
+/* Added to the forward's mode by RMSNorm and LayerNorm for bf16 rows: on NVIDIA, rows of 257-384
+ * vectors (N = 2056-3072) in calls of more rows than compute units are held by 128 work-items
+ * of four vectors each instead of 256 of two, a group a row as before: twice the groups a
+ * compute unit, so twice the rows in flight, where 256 × 2 left up to half its slots idle. H100,
+ * bf16, rows·N = 2^25, the binary before and this one alternating, three rounds: RMSNorm 2176
+ * 64.3-65.7 -> 52.0-52.9 us (0.70-0.71 -> 0.87-0.88), 2560 57.9-58.8 -> 52.8-53.0, 3072
+ * 55.8-56.5 -> 52.1-52.9; LayerNorm 2176 59.4-60.4 -> 53.7-54.7 (0.76-0.77 -> 0.84-0.85), 2560
+ * 56.9-57.5 -> 53.2-54.0, 3072 54.5-55.6 -> 53.3-54.4; 1000 rows of 2560 11.6-12.1 -> 10.7-12.1
+ * and 13.2-14.1 -> 11.1-12.4; 3584 (not taken) and f16 rows (not given the flag) even. 100 rows
+ * of 2560 measured 7.4-8.1 -> 7.8-9.1 us (RMSNorm), so calls of at most a row a compute unit keep
+ * 256 × 2 (y's bits then depend on the batch size, as with NG_ROWS_256X4). The backwards keep
+ * 256 × 2: the same shape lost with dW (LayerNorm 2176 +24 %) and frozen (RMSNorm +80-100 %). */
+#define NG_ROWS_FWD_128X4 0x20
 /* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */
 static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024; }
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {

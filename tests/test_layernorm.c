@@ -263,6 +263,12 @@ static void test_shapes(void **state) {
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   c = make_case(300, 6000, NG_BF16, NG_F32, &PARAMS[1], 0, 10);
   run_case(&c);
+  /* bf16 rows of 257-384 vectors: on NVIDIA the forward's 128 × 4 (NG_ROWS_FWD_128X4), the
+   * backward's 256 × 2; many rows and one */
+  c = make_case(300, 2504, NG_BF16, NG_F32, &PARAMS[0], 0, 14);
+  run_case(&c);
+  c = make_case(1, 3072, NG_BF16, NG_F32, &PARAMS[3], 0, 15);
+  run_case(&c);
   /* 16-bit rows of 513-640 vectors in the backward, more than 16 rows an H100 compute unit: on
    * NVIDIA groups of half the row rounded up to a warp, two a compute unit (NG_ROWS_FIT2_640:
    * 288 work-items at 4608, 288 at 4160 and 320 at 5000 with idle second slots): both trained,

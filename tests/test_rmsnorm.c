@@ -197,6 +197,13 @@ static void test_shapes(void **state) {
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   rms_case h = {300, 6000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 120};
   run_case(&h);
+  /* bf16 rows of 257-384 vectors: on NVIDIA the forward's 128 × 4 (NG_ROWS_FWD_128X4), the
+   * backward's 256 × 2; many rows and one */
+  for (int i = 0; i < 2; i++) {
+    rms_case m = {i ? 1 : 300, 2504, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f,
+                  1e-6f, 121 + i};
+    run_case(&m);
+  }
   /* f32 rows of 769-2048 vectors: on NVIDIA the backward splits them across work-groups rather
    * than holding them (NG_ROWS_F32_1SLOT), with dW and frozen */
   for (int i = 0; i < 2; i++) {

@@ -150,7 +150,8 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
  * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1). f32 rows of more than 768
  * vectors split, forward and backward, rather than being held (NG_ROWS_F32_1SLOT). */
 static int ln_fwd_mode(ng_dtype xd) {
-  return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4);
+  return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4) |
+         (xd == NG_BF16 ? NG_ROWS_FWD_128X4 : 0); /* measured for bf16 rows alone */
 }
 static int ln_bwd_mode(bool partials, ng_dtype xd) {
   return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640 |

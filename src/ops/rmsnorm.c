@@ -103,14 +103,16 @@ static bool fwd_splits(bool fused, ng_dtype xd, const ng_row_launch *l, size_t n
  * rows of 513-1024 vectors (the fused add's too) by groups of 256 × 4, a group a row
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). The fused
  * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2), and its f32
- * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). */
+ * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). bf16 rows of 257-384 vectors
+ * take 128 × 4 (NG_ROWS_FWD_128X4). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_STREAM_1K);
   if (fused)
     return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
            (xd == NG_BF16 ? NG_ROWS_512X2 : 0);
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
-  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4;
+  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4 |
+         (xd == NG_BF16 ? NG_ROWS_FWD_128X4 : 0);
 }
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
