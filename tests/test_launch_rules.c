@@ -107,10 +107,67 @@ static void test_poly_f16_3(void **state) {
   ng_context_release(c);
 }
 
+/* Earlier rules, as src/ng_internal.h and src/context.c describe them, so that a change to the
+ * launch code that moves one shows here before it reaches a GPU. */
+static void test_earlier_rules(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const int x16 = NG_ROWS_X16;
+  /* NG_ROWS_256X4: the forward of 16-bit rows of 513-1024 vectors, a group a row of 256 × 4
+   * without the prefetch, in calls of more rows than compute units */
+  ng_row_launch l =
+      ng_choose_row_launch_k(c, NULL, 5461, 6144, true, NG_ROWS_FWD | x16 | NG_ROWS_256X4);
+  assert_int_equal(l.wg, 256);
+  assert_int_equal(l.reg_cols, 4);
+  assert_int_equal(l.groups, 5461);
+  assert_false(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 100, 6144, true, NG_ROWS_FWD | x16 | NG_ROWS_256X4);
+  assert_true(l.wg != 256 || l.reg_cols != 4);
+  /* NG_ROWS_HOLD4: the forward of 16-bit rows of 2049-4096 vectors on 1024 × 4, 16 groups a
+   * compute unit at most (a group a row here), without the prefetch */
+  l = ng_choose_row_launch_k(c, NULL, 1365, 24576, true, NG_ROWS_FWD | x16 | NG_ROWS_HOLD4);
+  assert_int_equal(l.wg, 1024);
+  assert_int_equal(l.reg_cols, 4);
+  assert_int_equal(l.groups, 1365);
+  assert_false(l.prefetch);
+  /* the frozen backward of 16-bit rows of 128-256 vectors: four rows a group, prefetching, at
+   * least a wave; NG_ROWS_FULL1 (rows that fill the group, many rows): a group a row */
+  l = ng_choose_row_launch_k(c, NULL, 32768, 1024, true, NG_ROWS_BWD_FROZEN | x16);
+  assert_int_equal(l.wg, 128);
+  assert_int_equal(l.reg_cols, 1);
+  assert_int_equal(l.groups, 32768 / 4);
+  assert_true(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 32768, 1024, true, NG_ROWS_BWD_FROZEN | x16 | NG_ROWS_FULL1);
+  assert_int_equal(l.groups, 32768);
+  l = ng_choose_row_launch_k(c, NULL, 1000, 1024, true, NG_ROWS_BWD_FROZEN | x16 | NG_ROWS_FULL1);
+  assert_int_equal(l.groups, 1000); /* a wave (2112 groups) capped at the rows */
+  /* NG_ROWS_1K: 16-bit rows of 513-1024 vectors in the backward on 1024 × 1, a group a compute
+   * unit, prefetching */
+  for (int frozen = 0; frozen < 2; frozen++) {
+    l = ng_choose_row_launch_k(c, NULL, 4096, 8192, true,
+                               (frozen ? NG_ROWS_BWD_FROZEN : NG_ROWS_BWD_DW) | x16 | NG_ROWS_1K);
+    assert_int_equal(l.wg, 1024);
+    assert_int_equal(l.reg_cols, 1);
+    assert_int_equal(l.groups, 132);
+    assert_true(l.prefetch);
+  }
+  /* NG_ROWS_DW_NOPF: the backward with dW of 16-bit rows of 1025-2048 vectors keeps 512 × 4, a
+   * group a compute unit, without the prefetch */
+  l = ng_choose_row_launch_k(c, NULL, 2048, 16384, true, NG_ROWS_BWD_DW | x16 | NG_ROWS_DW_NOPF);
+  assert_int_equal(l.wg, 512);
+  assert_int_equal(l.reg_cols, 4);
+  assert_int_equal(l.groups, 132);
+  assert_false(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 2048, 16384, true, NG_ROWS_BWD_DW | x16);
+  assert_true(l.prefetch);
+  ng_context_release(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
       cmocka_unit_test(test_poly_f16_3),
+      cmocka_unit_test(test_earlier_rules),
   };
   return NG_RUN_GROUP_TESTS(tests, NULL, NULL);
 }

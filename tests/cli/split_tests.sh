@@ -24,8 +24,8 @@ grep -q '"{build}/tests/test_tuning"' "$T/plan.json" || fail "plan: $(head -c 40
 expect 2 python3 "$ST" --build "$BUILD" --plan "$T/plan.json" --select '^nosuchtest$'
 n=$(NORMGRAD_TEST_LIST=1 "$BUILD/tests/test_tuning" | tail -n +2 | wc -l)
 [ "$n" -ge 2 ] || fail "test_tuning lists $n tests"
-expect 0 python3 "$ST" --build "$BUILD" --plan "$T/plan.json" --select '^(test_tuning\.|docs_api$)' \
-  -j 2 --out "$T/real"
+expect 0 python3 "$ST" --build "$BUILD" --plan "$T/plan.json" \
+  --select '^(test_tuning\.|docs_api$)' -j 2 --out "$T/real"
 [ "$(grep -c '^PASS .* test_tuning\.test_' "$T/out")" = "$n" ] || fail "$n jobs: $(cat "$T/out")"
 has "PASS .* docs_api$" out
 has "^$((n + 1))/$((n + 1)) passed" out
@@ -35,7 +35,10 @@ has "^$((n + 1))/$((n + 1)) passed" out
 mkdir -p "$T/fb/tests"
 cat >"$T/fb/tests/test_fake" <<'SH'
 #!/usr/bin/env bash
-if [ -n "${NORMGRAD_TEST_LIST:-}" ]; then printf '# normgrad tests\nok\nbad\nzero\nslow\n'; exit 0; fi
+if [ -n "${NORMGRAD_TEST_LIST:-}" ]; then
+  printf '# normgrad tests\nok\nbad\nzero\nslow\n'
+  exit 0
+fi
 [ "$FAKE_ENV" = "from-plan" ] || { echo "no CTest environment"; exit 9; }
 case "$NORMGRAD_TEST_FILTER" in
   ok) echo "Running 1 test(s)"; exit 0 ;;
@@ -68,7 +71,8 @@ has "^NOT RUN .* plain$" out
 has "^NOT RUN .* quick\.b$" out
 has "^1/7 passed" out
 for c in /proc/[0-9]*/cmdline; do # no pgrep: procps need not be installed
-  [ "$(tr '\0' ' ' <"$c" 2>/dev/null)" = "sleep 31.25 " ] && fail "the stopped job's child still runs"
+  [ "$(tr '\0' ' ' <"$c" 2>/dev/null)" = "sleep 31.25 " ] &&
+    fail "the stopped job's child still runs"
 done
 python3 - "$T/fake/summary.json" <<'PY' || fail "summary.json"
 import json, sys
