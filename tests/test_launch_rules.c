@@ -108,7 +108,8 @@ static void test_poly_f16_3(void **state) {
 }
 
 /* Earlier rules, as src/ng_internal.h and src/context.c describe them, so that a change to the
- * launch code that moves one shows here before it reaches a GPU. */
+ * launch code that moves one shows here before it reaches a GPU (with test_more_rules, every
+ * NG_ROWS_* rule of ng_choose_row_launch_k is checked at least once). */
 static void test_earlier_rules(void **state) {
   (void)state;
   ng_context *c = h100();
@@ -163,11 +164,134 @@ static void test_earlier_rules(void **state) {
   ng_context_release(c);
 }
 
+/* The rest of the rules: grids and prefetch of the forward and the frozen backward, shapes of
+ * the backward, the one-slot rules of f32 and f16 rows. */
+static void test_more_rules(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const int x16 = NG_ROWS_X16, fwd = NG_ROWS_FWD, frz = NG_ROWS_BWD_FROZEN, dw = NG_ROWS_BWD_DW;
+  ng_row_launch l;
+  /* NG_ROWS_PAIRS_1K: two rows a group, prefetching, at least a wave (1056 groups of 256) */
+  l = ng_choose_row_launch_k(c, NULL, 8192, 4096, true, fwd | x16 | NG_ROWS_PAIRS_1K);
+  assert_int_equal(l.wg, 256);
+  assert_int_equal(l.reg_cols, 2);
+  assert_int_equal(l.groups, 4096);
+  assert_true(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 1000, 4096, true, fwd | x16 | NG_ROWS_PAIRS_1K);
+  assert_int_equal(l.grid, 1056);
+  /* NG_ROWS_PAIRS takes rows of up to 512 vectors, NG_ROWS_PAIRS_1K up to 1024 */
+  l = ng_choose_row_launch_k(c, NULL, 8192, 4096, true, fwd | x16 | NG_ROWS_PAIRS);
+  assert_int_equal(l.groups, 4096);
+  l = ng_choose_row_launch_k(c, NULL, 100, 8192, true, fwd | x16 | NG_ROWS_PAIRS);
+  assert_int_equal(l.groups, 100);
+  l = ng_choose_row_launch_k(c, NULL, 100, 8192, true, fwd | x16 | NG_ROWS_PAIRS_1K);
+  assert_int_equal(l.grid, 528); /* a wave of groups of 512, capped at the rows */
+  /* without a rule, rows of at most 512 vectors a group a row, no prefetch */
+  l = ng_choose_row_launch_k(c, NULL, 8192, 4096, true, fwd | x16);
+  assert_int_equal(l.groups, 8192);
+  assert_false(l.prefetch);
+  /* NG_ROWS_W256: rows of 225-256 vectors on 256 × 1 */
+  l = ng_choose_row_launch_k(c, NULL, 16384, 2048, true, fwd | x16 | NG_ROWS_W256);
+  assert_int_equal(l.wg, 256);
+  assert_int_equal(l.reg_cols, 1);
+  l = ng_choose_row_launch_k(c, NULL, 16384, 1792, true, fwd | x16 | NG_ROWS_W256);
+  assert_int_equal(l.wg, 128);
+  /* NG_ROWS_512X4 (1025-2048 vectors) a group a row; NG_ROWS_512X2 (1024 vectors) 16 a unit;
+   * neither in calls of at most a row a compute unit */
+  l = ng_choose_row_launch_k(c, NULL, 2048, 16384, true, fwd | x16 | NG_ROWS_512X4);
+  assert_int_equal(l.wg, 512);
+  assert_int_equal(l.reg_cols, 4);
+  assert_int_equal(l.groups, 2048);
+  assert_false(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 8192, true, fwd | x16 | NG_ROWS_256X4 | NG_ROWS_512X2);
+  assert_int_equal(l.wg, 512);
+  assert_int_equal(l.reg_cols, 2);
+  assert_int_equal(l.groups, 16 * 132);
+  assert_false(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 132, 8192, true, fwd | x16 | NG_ROWS_256X4 | NG_ROWS_512X2);
+  assert_true(l.wg != 512 || l.reg_cols != 2 || l.groups != 132 || l.prefetch);
+  /* NG_ROWS_MANY: the frozen backward of rows of 513-1024 vectors 16 groups a unit, prefetching;
+   * NG_ROWS_MANY_2K: a group a row up to 1024 vectors, 16 a unit without the prefetch beyond;
+   * NG_ROWS_MANY_512: rows of 257-512 vectors 8 a unit without it */
+  l = ng_choose_row_launch_k(c, NULL, 4096, 8192, true, frz | x16 | NG_ROWS_MANY);
+  assert_int_equal(l.groups, 16 * 132);
+  assert_true(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 8192, true, frz | x16 | NG_ROWS_MANY | NG_ROWS_MANY_2K);
+  assert_int_equal(l.groups, 4096);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 16384, true,
+                             frz | x16 | NG_ROWS_MANY | NG_ROWS_MANY_2K);
+  assert_int_equal(l.groups, 16 * 132);
+  assert_false(l.prefetch);
+  l = ng_choose_row_launch_k(c, NULL, 8192, 4096, true,
+                             frz | x16 | NG_ROWS_MANY | NG_ROWS_MANY_512);
+  assert_int_equal(l.groups, 8 * 132);
+  assert_false(l.prefetch);
+  /* NG_ROWS_ONE: the frozen backward held four vectors a work-item, a group a compute unit */
+  l = ng_choose_row_launch_k(c, NULL, 2048, 16384, true, frz | x16 | NG_ROWS_ONE);
+  assert_int_equal(l.reg_cols, 4);
+  assert_int_equal(l.groups, 132);
+  /* the backward with dW: about 1024 work-items a unit; NG_ROWS_FEW three quarters of them */
+  l = ng_choose_row_launch_k(c, NULL, 32768, 1024, true, dw | x16);
+  assert_int_equal(l.wg, 128);
+  assert_int_equal(l.groups, 8 * 132);
+  l = ng_choose_row_launch_k(c, NULL, 32768, 1024, true, dw | x16 | NG_ROWS_FEW);
+  assert_int_equal(l.groups, 6 * 132);
+  /* NG_ROWS_FIT2: rows of 513-768 vectors on groups of half the row rounded up to a warp, two
+   * vectors each, two groups a unit with dW, in calls of more than 8 rows a unit */
+  l = ng_choose_row_launch_k(c, NULL, 5461, 6144, true, dw | x16 | NG_ROWS_FIT2);
+  assert_int_equal(l.wg, 384);
+  assert_int_equal(l.reg_cols, 2);
+  assert_int_equal(l.groups, 2 * 132);
+  l = ng_choose_row_launch_k(c, NULL, 1000, 6144, true, dw | x16 | NG_ROWS_FIT2);
+  assert_int_equal(l.wg, 512);
+  /* NG_ROWS_FIT2_640: rows of 513-640 vectors alike, in calls of more than 16 rows a unit */
+  l = ng_choose_row_launch_k(c, NULL, 7281, 4608, true, dw | x16 | NG_ROWS_FIT2_640);
+  assert_int_equal(l.wg, 288);
+  assert_int_equal(l.reg_cols, 2);
+  l = ng_choose_row_launch_k(c, NULL, 2000, 4608, true, dw | x16 | NG_ROWS_FIT2_640);
+  assert_int_equal(l.wg, 512);
+  l = ng_choose_row_launch_k(c, NULL, 5461, 6144, true, dw | x16 | NG_ROWS_FIT2_640);
+  assert_int_equal(l.wg, 512);
+  /* one slot a work-item: f32 rows past 768 (NG_ROWS_F32_1SLOT) or 512 vectors (_512), f16
+   * backward rows past 1280 (NG_ROWS_F16_1SLOT), f32 forward rows of 769-1024
+   * (NG_ROWS_F32_STREAM_1K) */
+  l = ng_choose_row_launch_k(c, NULL, 4096, 8192, true, dw | NG_ROWS_F32_1SLOT);
+  assert_int_equal(l.reg_cols, 1);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 6144, true, dw | NG_ROWS_F32_1SLOT);
+  assert_int_equal(l.reg_cols, 2);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 6144, true, fwd | NG_ROWS_F32_1SLOT_512);
+  assert_int_equal(l.reg_cols, 1);
+  l = ng_choose_row_launch_k(c, NULL, 2048, 16384, true, dw | x16 | NG_ROWS_F16_1SLOT);
+  assert_int_equal(l.reg_cols, 1);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 10240, true, dw | x16 | NG_ROWS_F16_1SLOT);
+  assert_int_equal(l.reg_cols, 4);
+  l = ng_choose_row_launch_k(c, NULL, 4096, 8192, true, fwd | NG_ROWS_F32_STREAM_1K);
+  assert_int_equal(l.reg_cols, 1);
+  l = ng_choose_row_launch_k(c, NULL, 2048, 16384, true, fwd | NG_ROWS_F32_STREAM_1K);
+  assert_int_equal(l.reg_cols, 2);
+  /* PolyNorm's backward: the prefetch with dW for 128-512 vectors, with dB alone 128-256 */
+  const int poly = NG_ROWS_POLY_BWD | x16;
+  const struct {
+    size_t n;
+    int flag;
+    bool prefetch;
+  } pf[] = {{4096, NG_ROWS_POLY_DW, true},
+            {2048, NG_ROWS_POLY_DB, true},
+            {4096, NG_ROWS_POLY_DB, false},
+            {4096, 0, false}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(pf); i++)
+    assert_int_equal(
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, pf[i].n, true, poly | pf[i].flag).prefetch,
+        pf[i].prefetch);
+  ng_context_release(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
       cmocka_unit_test(test_poly_f16_3),
       cmocka_unit_test(test_earlier_rules),
+      cmocka_unit_test(test_more_rules),
   };
   return NG_RUN_GROUP_TESTS(tests, NULL, NULL);
 }
