@@ -25,13 +25,6 @@
 static char in_dir[300], out_dir[300]; /* inputs and outputs, in the scratch folder */
 
 /* ---- files and processes ----------------------------------------------------------------------- */
-static void write_bytes(const char *path, const void *p, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(p, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
 static bool exists(const char *path) {
   struct stat st;
   return lstat(path, &st) == 0;
@@ -292,9 +285,9 @@ static void test_output_replacement(void **state) {
   (void)state;
   clear_dir(out_dir);
   char *outp = ng_cli_path_in(out_dir, "keep.safetensors");
-  write_bytes(outp, "old contents", 12);
+  ng_test_write(outp, "old contents", 12);
   char *bad = ng_cli_path_in(in_dir, "bad.safetensors");
-  write_bytes(bad, "short", 5);
+  ng_test_write(bad, "short", 5);
   const char *fail_args[] = {"run", "rmsnorm", "--in", bad, "--out", outp, NULL};
   ng_cli_proc p = ng_cli_run(fail_args);
   assert_int_equal(p.code, 2);
@@ -429,7 +422,7 @@ static void test_malformed_files_cli(void **state) {
     void *buf;
     size_t len;
     make_bad(&bad_files[i], &buf, &len);
-    write_bytes(inp, buf, len);
+    ng_test_write(inp, buf, len);
     free(buf);
     const char *args[] = {"run", "rmsnorm", "--in", inp, "--out", outp, NULL};
     expect_failure(args, 2, bad_files[i].needle);

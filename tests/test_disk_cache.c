@@ -32,13 +32,6 @@ static char *fresh_dir(void) {
   return t;
 }
 
-static void write_file(const char *path, const void *b, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(b, 1, n, f), n);
-  assert_int_equal(fclose(f), 0);
-}
-
 /* Files in `dir` whose name starts with `prefix` ("" = all). */
 static int count_files(const char *dir, const char *prefix) {
   DIR *d = opendir(dir);
@@ -271,7 +264,7 @@ static void test_corrupt_and_truncated(void **state) {
     case EMPTY: len = 0; break;
     case EXTRA_BYTE: b[n] = 0; len = n + 1; break;
     }
-    write_file(path, b, len);
+    ng_test_write(path, b, len);
     free(b);
     c = ctx_with(dir);
     run_ok(c, NG_F32, false, &got);
@@ -329,7 +322,7 @@ static void test_foreign_entries(void **state) {
     unsigned char *forged = k == 0 ? ng_disk_encode(NG_DISK_FORMAT, other, payload, plen, &flen)
                                    : ng_disk_encode(NG_DISK_FORMAT + 1, key, payload, plen, &flen);
     assert_non_null(forged);
-    write_file(f32e->path, forged, flen);
+    ng_test_write(f32e->path, forged, flen);
     free(forged);
     free(other);
     c = ctx_with(dir);
@@ -346,7 +339,7 @@ static void test_foreign_entries(void **state) {
   /* The f32 program's (valid) entry under the bf16 program's file name. */
   unsigned char *f32bytes = (unsigned char *)ng_test_slurp(f32e->path, &n);
   assert_non_null(f32bytes);
-  write_file(bf16e->path, f32bytes, n);
+  ng_test_write(bf16e->path, f32bytes, n);
   free(f32bytes);
   c = ctx_with(dir);
   run_ok(c, NG_BF16, false, &o); /* checks bf16 results against the reference */
@@ -392,7 +385,7 @@ static void test_unwritable_folder(void **state) {
   static rms_out o;
   char blocked[600];
   snprintf(blocked, sizeof blocked, "%s/file", dir);
-  write_file(blocked, "x", 1);
+  ng_test_write(blocked, "x", 1);
   snprintf(blocked, sizeof blocked, "%s/file/cache", dir); /* mkdir fails: a file is in the way */
   ng_context *c = ctx_with(blocked);
   run_ok(c, NG_F32, true, &o);
@@ -550,13 +543,13 @@ static void test_eviction(void **state) {
   assert_int_equal(utimensat(AT_FDCWD, b.path, old, 0), 0);
   char junk[600], stale[600], fresh[600];
   snprintf(junk, sizeof junk, "%s/notes.txt", dir);
-  write_file(junk, "keep me", 7);
+  ng_test_write(junk, "keep me", 7);
   snprintf(stale, sizeof stale, "%s/.ngtmp-0123456789abcdef-AbCdEf", dir);
-  write_file(stale, "half", 4);
+  ng_test_write(stale, "half", 4);
   struct timespec ancient[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
   assert_int_equal(utimensat(AT_FDCWD, stale, ancient, 0), 0);
   snprintf(fresh, sizeof fresh, "%s/.ngtmp-fedcba9876543210-XyZxYz", dir);
-  write_file(fresh, "busy", 4);
+  ng_test_write(fresh, "busy", 4);
 
   c = ctx_with(dir);
   run_ok(c, NG_F32, false, &o); /* A loaded: now the most recently used */

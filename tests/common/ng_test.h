@@ -47,6 +47,13 @@ static inline char *ng_test_slurp(const char *path, size_t *len) {
   if (len) *len = got;
   return s;
 }
+/* Write n bytes at p to path (created or truncated), failing the test on any error. */
+static inline void ng_test_write(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
 #define NG_RUN_GROUP_TESTS(tests, setup, teardown)                                                 \
   (ng_test_list(tests, sizeof(tests) / sizeof((tests)[0])) == 0                                    \
        ? 0                                                                                         \

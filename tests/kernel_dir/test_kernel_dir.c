@@ -23,10 +23,7 @@ static char tmp[64];
 static void put(const char *dir, const char *file, const char *text) {
   char path[256];
   snprintf(path, sizeof path, "%s/%s", dir, file);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  ng_test_write(path, text, strlen(text));
 }
 
 /* src's two parts are exactly the files header and op of folder dir */
