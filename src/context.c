@@ -289,7 +289,11 @@ static size_t fit2_group(size_t nv) { return ((nv + 1) / 2 + 31) / 32 * 32; }
 
 size_t ng_variant_n(size_t i) {
   if (i <= 26) return (size_t)1 << i;
-  const size_t wg = fit2_group(513) + 32 * (i - 27); /* the rule's sizes, from its shortest row */
+  /* NG_ROWS_HALF_MID's group sizes (160, 192), then NG_ROWS_FIT2's (288, 320, …), each from
+   * its rule's shortest row */
+  const size_t k = i - 27, half = (fit2_group(384) - fit2_group(257)) / 32 + 1;
+  if (k < half) return 16 * (fit2_group(257) + 32 * k);
+  const size_t wg = fit2_group(513) + 32 * (k - half);
   return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
 }
 
@@ -336,7 +340,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
-            NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4);
+            NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4 | NG_ROWS_HALF_MID |
+            NG_ROWS_HALF_MID_320);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -403,6 +408,14 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool fit2 = nv8 && x16 && nv > 512 && nv <= fit2_max &&
                     fit2_wg <= d->max_wg && rows > fit2_rows * d->compute_units &&
                     (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
+  const size_t half_max = (flags & NG_ROWS_HALF_MID)       ? 384
+                          : (flags & NG_ROWS_HALF_MID_320) ? 320
+                                                           : 0;
+  const bool half_mid = nv8 && x16 && nv > 256 && nv <= half_max && rows != SIZE_MAX &&
+                        rows > (fwd ? NG_HALF_MID_FWD_MIN_ROWS_PER_CU
+                                    : NG_HALF_MID_MIN_ROWS_PER_CU) * d->compute_units &&
+                        fit2_group(nv) <= d->max_wg &&
+                        (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN || fwd);
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -417,6 +430,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (w512x4) wg = 512, reg = 4; /* NG_ROWS_512X4 */
     if (w512x2) wg = 512, reg = 2; /* NG_ROWS_512X2 (in place of NG_ROWS_256X4) */
     if (w128x4) wg = 128, reg = 4; /* NG_ROWS_FWD_128X4 */
+    if (half_mid) wg = fit2_group(nv), reg = 2; /* NG_ROWS_HALF_MID (PolyNorm's forward) */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;
@@ -425,6 +439,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     while (reg < 4 && wg * reg < nv) reg *= 2;
     if (wide1k) wg = 1024, reg = 1; /* NG_ROWS_1K */
     if (fit2) wg = fit2_wg, reg = 2;  /* NG_ROWS_FIT2 */
+    if (half_mid) wg = fit2_group(nv), reg = 2; /* NG_ROWS_HALF_MID(_320) */
   }
   /* NG_ROWS_F32_1SLOT(_512): f32 rows past the threshold leave the registers (a 16-bit backward
    * mode carries NG_ROWS_X16; the forwards are given the flag for f32 rows only) */
@@ -557,6 +572,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     prefetch = !(dw_nopf && l.wg == 512 && l.reg_cols == 4 && in_regs); /* NG_ROWS_DW_NOPF */
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
     if (fit2 && l.wg == fit2_wg && l.reg_cols == 2 && in_regs) per = 2; /* NG_ROWS_FIT2 */
+    if (half_mid && l.wg == fit2_group(nv) && l.reg_cols == 2 && in_regs) /* NG_ROWS_HALF_MID */
+      per = (flags & NG_ROWS_HALF_MID) && nv <= NG_HALF_MID_4_MAX ? 4 : 3;
     if (few && d->nv_shfl) per = (3 * per + 3) / 4; /* NG_ROWS_FEW, measured on NVIDIA */
     g = (size_t)d->compute_units * per;
   }

@@ -689,7 +689,8 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 85.5-86.0 -> 81.3-82.2 (0.80 -> 0.84). bf16 rows keep theirs: even with dW (2176 -2.7 %,
  * 2560-3584 within 0.6 %), and dB alone at 2560 lost 6 % (90.3-90.8 -> 95.9-96.3). */
 #define NG_ROWS_POLY_F16_3 0x40
-/* Added to the forward's mode by RMSNorm and LayerNorm for bf16 rows: on NVIDIA, rows of 257-384
+/* Added to the forward's mode by RMSNorm, the fused add and LayerNorm for 16-bit rows (first
+ * RMSNorm's and LayerNorm's bf16 rows alone, the numbers below): on NVIDIA, rows of 257-384
  * vectors (N = 2056-3072) in calls of more rows than compute units are held by 128 work-items
  * of four vectors each instead of 256 of two, a group a row as before: twice the groups a
  * compute unit, so twice the rows in flight, where 256 × 2 left up to half its slots idle. H100,
@@ -697,11 +698,54 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 64.3-65.7 -> 52.0-52.9 us (0.70-0.71 -> 0.87-0.88), 2560 57.9-58.8 -> 52.8-53.0, 3072
  * 55.8-56.5 -> 52.1-52.9; LayerNorm 2176 59.4-60.4 -> 53.7-54.7 (0.76-0.77 -> 0.84-0.85), 2560
  * 56.9-57.5 -> 53.2-54.0, 3072 54.5-55.6 -> 53.3-54.4; 1000 rows of 2560 11.6-12.1 -> 10.7-12.1
- * and 13.2-14.1 -> 11.1-12.4; 3584 (not taken) and f16 rows (not given the flag) even. 100 rows
+ * and 13.2-14.1 -> 11.1-12.4; 3584 (not taken) and RMSNorm f16 2560 even. 100 rows
  * of 2560 measured 7.4-8.1 -> 7.8-9.1 us (RMSNorm), so calls of at most a row a compute unit keep
  * 256 × 2 (y's bits then depend on the batch size, as with NG_ROWS_256X4). The backwards keep
- * 256 × 2: the same shape lost with dW (LayerNorm 2176 +24 %) and frozen (RMSNorm +80-100 %). */
+ * 256 × 2: the same shape lost with dW (LayerNorm 2176 +24 %) and frozen (RMSNorm +80-100 %).
+ * Since given to the fused add's forward and to f16 rows (NORMGRAD_TUNE, then the binaries
+ * alternating, two runs): the fused add bf16 2176 103.5-104.0 -> 97.8-98.1 (0.88 -> 0.93-0.94),
+ * 2560 102.5-102.7 -> 97.5-97.6, 3072 99.1-99.7 -> 97.6-98.4, f16 2560 102.3-103.0 ->
+ * 97.4-99.0; LayerNorm f16 2176 60.2-60.4 -> 54.3-54.4 (0.76 -> 0.84), 2560 57.9-58.3 ->
+ * 52.3-52.6, 3072 54.8-55.5 -> 52.9-53.4; RMSNorm f16 2176 65.8-66.1 -> 51.3-52.9 (0.69 ->
+ * 0.87-0.89). */
 #define NG_ROWS_FWD_128X4 0x20
+/* Groups of half a row, one size below NG_ROWS_FIT2's: on NVIDIA, 16-bit rows of 257-384 vectors
+ * (NG_ROWS_HALF_MID, N = 2056-3072) or 257-320 (NG_ROWS_HALF_MID_320, N = 2056-2560), in calls
+ * of more than NG_HALF_MID_MIN_ROWS_PER_CU rows a compute unit (the forward's:
+ * NG_HALF_MID_FWD_MIN_ROWS_PER_CU), are held two vectors a work-item
+ * by a group as wide as half the row rounded up to a warp (160 work-items up to 320 vectors, 192
+ * up to 384) instead of 256 × 2, which left up to half its slots idle. Given to
+ * - the backward (both modes alike: the shape fixes dx's bits) of RMSNorm and of the fused add
+ *   without ds_out (RMSNorm's kernel; NG_ROWS_HALF_MID), with dW on four groups a compute unit
+ *   up to NG_HALF_MID_4_MAX vectors and three beyond, and LayerNorm's (NG_ROWS_HALF_MID_320, three
+ *   a unit); the frozen pass keeps a group a row, and the partials are summed by the separate
+ *   launch (the in-kernel sum takes power-of-two groups at these shapes);
+ * - PolyNorm's forward (NG_ROWS_HALF_MID), with its grid of two rows a group.
+ * H100, rows·N = 2^25, the binary before and this one alternating, two runs (µs): RMSNorm bf16
+ * with dW 2176 92.2-92.4 -> 82.9-83.6 (0.74 -> 0.82; four a unit under NORMGRAD_TUNE -2.7 %
+ * more), 2304 90.0-90.2 -> 82.1-82.3 (and -2.5 %), 2560 87.4-87.7 -> 82.0-82.3 (0.78 -> 0.84;
+ * four a unit lost, +4 %), 3072 83.1-83.7 -> 80.2-81.3; frozen 85.1-85.3 -> 74.4-74.5 (0.80 ->
+ * 0.92), 83.5 -> 73.8-74.3, 81.5-81.8 -> 73.7-74.8, 78.7 -> 73.9; the fused add without ds_out
+ * 2560 with dW 87.5-88.2 -> 80.6-81.0, frozen 81.5-82.8 -> 73.3-73.6; LayerNorm bf16 with dW and
+ * dB 2176 92.3-93.5 -> 87.7, 2304 90.5-90.7 -> 86.3-86.7, 2560 87.7-88.0 -> 85.1-85.4, dB alone
+ * 89.1-89.6 -> 80.4-80.9 (0.77 -> 0.85), 87.5-88.5 -> 80.5-81.1, 85.8-86.1 -> 79.2-80.2, both
+ * frozen 73.0-73.5 -> 73.2-73.6, 72.4-73.3 -> 73.0-73.5, 72.0-73.3 -> 73.2-73.5 (the one pass
+ * that does not gain); f16 under NORMGRAD_TUNE: RMSNorm 2560 with dW -6 %, frozen -10 %, 3072
+ * -3 % and -5 %, LayerNorm 2560 -6 to -7 % with gradients, both frozen even. PolyNorm bf16
+ * forward under NORMGRAD_TUNE: 2176 63.2-65.1 -> 52.3-52.9 (0.71 -> 0.87), 2560 58.5-58.8 ->
+ * 51.9-52.9, 3072 55.4-56.5 -> 52.1-52.3; f16 2176 65.1-66.0 -> 52.1-53.1 (0.70 -> 0.86-0.88),
+ * 2560 -11 %, 3072 -8 %. Small calls of rows of 2560 lost with dW, to the separate sum: RMSNorm
+ * 1000 rows 19.3 -> 21.0-21.6 µs, 1100 20.2-21.5 -> 23.1-23.7, 2000 even (26.3-27.5 ->
+ * 26.0-27.1), LayerNorm 1000-2000 +2 to +9 %; hence the backward's bound of 16 rows a unit (the
+ * frozen pass lost nothing there: 1100 and 2000 rows -4 %). PolyNorm's forward: 1100 rows even,
+ * 2000 16.2-16.8 -> 14.1-15.0. Not taken: 3584 (RMSNorm with dW even, frozen -2.6 %), LayerNorm at 3072-3584 (even or
+ * slower), the fused add with ds_out (its own kernel: +3 to +5 % frozen, with dW -12 % at 2176
+ * but +3.5 % at 2560). */
+#define NG_ROWS_HALF_MID 0x10
+#define NG_ROWS_HALF_MID_320 0x8
+#define NG_HALF_MID_MIN_ROWS_PER_CU 16
+#define NG_HALF_MID_FWD_MIN_ROWS_PER_CU 8
+#define NG_HALF_MID_4_MAX 288
 /* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */
 static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024; }
 static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
@@ -711,8 +755,8 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
                                    int mode);
 /* The i-th row length whose launches may differ, for the ops' variant lists: every power of two
  * up to 2^26 (on GPUs the work-group size grows with the row length), then one for each of
- * NG_ROWS_FIT2's group sizes (288, 320, … work-items: rows of twice as many vectors); 0 after
- * the last. */
+ * NG_ROWS_HALF_MID's and NG_ROWS_FIT2's group sizes (160, 192, then 288, 320, … work-items:
+ * rows of twice as many vectors); 0 after the last. */
 size_t ng_variant_n(size_t i);
 /* Whether RMSNorm's and the fused add's backward on launch l holds dy and x in their storage bits
  * (RAW_ROWS; src/ops/rmsnorm.c has the measurements) */

@@ -239,7 +239,10 @@ static void test_shapes(void **state) {
    * - the forward of rows of 225-256 vectors on 256 work-items of one vector (NG_ROWS_W256), the
    *   last one idle; of 1025-2048 vectors on 512 × 4, a group a row (NG_ROWS_512X4), the last
    *   slot partly idle, and in a call of fewer rows than compute units on 1024 × 2; bf16 rows
-   *   of 1024 vectors on 512 × 2, fewer groups than rows (NG_ROWS_512X2);
+   *   of 1024 vectors on 512 × 2, fewer groups than rows (NG_ROWS_512X2); bf16 rows of 257-384
+   *   vectors on 128 × 4 (NG_ROWS_FWD_128X4);
+   * - the backward of 16-bit rows of 257-384 vectors without ds_out, more than 16 rows a compute
+   *   unit, on groups of half the row (NG_ROWS_HALF_MID: 160 × 2 at 2504), with ds_out 256 × 2;
    * and an offset that breaks the 16-byte alignment of one tensor only: the scalar path. */
   const fa_case rules[] = {
       {40, 8192, NG_F16, NG_BF16, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 8},
@@ -250,6 +253,8 @@ static void test_shapes(void **state) {
       {300, 16000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 14},
       {40, 16000, NG_F16, NG_F32, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f, 1e-6f, 15},
       {2500, 8192, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, true, false, 0, 0.0f, 1e-6f, 16},
+      {2200, 2504, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, false, false, 0, 0.0f, 1e-6f, 17},
+      {300, 3000, NG_BF16, NG_BF16, NG_CAST_GEMMA, false, false, true, false, 0, 0.0f, 1e-6f, 18},
       {33, 64, NG_F16, NG_F16, NG_CAST_NONE, false, true, true, true, 5, 0.5f, 1e-5f, 9}};
   for (size_t i = 0; i < NG_ARRAY_LEN(rules); i++) run_case(&rules[i]);
 }

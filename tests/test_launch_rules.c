@@ -22,14 +22,17 @@ static ng_context *h100(void) {
   return c;
 }
 
-/* RMSNorm's (NG_ROWS_FWD) and LayerNorm's (NG_ROWS_FWD_RAW16) bf16 forward with
- * NG_ROWS_FWD_128X4: rows of 257-384 vectors on 128 × 4 in calls of more rows than compute
- * units, a group a row; 256 × 2 otherwise. */
+/* RMSNorm's and the fused add's (NG_ROWS_FWD) bf16 forward and LayerNorm's (NG_ROWS_FWD_RAW16)
+ * 16-bit one with NG_ROWS_FWD_128X4: rows of 257-384 vectors on 128 × 4 in calls of more rows
+ * than compute units, a group a row; 256 × 2 otherwise. */
 static void test_fwd_128x4(void **state) {
   (void)state;
   ng_context *c = h100();
   const int modes[] = {NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_HOLD4 | NG_ROWS_256X4,
-                       NG_ROWS_FWD_RAW16 | NG_ROWS_X16 | NG_ROWS_256X4};
+                       NG_ROWS_FWD_RAW16 | NG_ROWS_X16 | NG_ROWS_256X4,
+                       /* the fused add's */
+                       NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
+                           NG_ROWS_512X2};
   for (size_t m = 0; m < NG_ARRAY_LEN(modes); m++) {
     const int with = modes[m] | NG_ROWS_FWD_128X4;
     const size_t taken[] = {2056, 2176, 2504, 3072};
@@ -39,7 +42,7 @@ static void test_fwd_128x4(void **state) {
       assert_int_equal(l.wg, 128);
       assert_int_equal(l.reg_cols, 4);
       assert_int_equal(l.groups, rows); /* a group a row */
-      /* without the flag (f16 rows, the fused add) the launch before it */
+      /* without the flag (RMSNorm's f16 rows) the launch before it */
       const ng_row_launch o = ng_choose_row_launch_k(c, NULL, rows, taken[i], true, modes[m]);
       assert_int_equal(o.wg, 256);
       assert_int_equal(o.reg_cols, 2);
@@ -65,6 +68,81 @@ static void test_fwd_128x4(void **state) {
       c, NULL, 15420, 2176, true, NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FWD_128X4);
   assert_int_equal(b.wg, 256);
   assert_int_equal(b.reg_cols, 2);
+  ng_context_release(c);
+}
+
+/* RMSNorm's backward (NG_ROWS_HALF_MID, rows of 257-384 vectors) and LayerNorm's
+ * (NG_ROWS_HALF_MID_320, 257-320), 16-bit: in calls of more than 16 rows a compute unit, groups
+ * of half the row rounded up to a warp (160 or 192 work-items) of two vectors each, with dW four
+ * a compute unit (RMSNorm's rows of up to 288 vectors) or three, frozen a group a row, the same
+ * shape in both passes; 256 × 2 otherwise. PolyNorm's forward takes the shape too, in calls of
+ * more than 8 rows a unit. */
+static void test_half_mid(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const struct {
+    int flag;
+    size_t n, wg; /* wg 0: not taken */
+  } cases[] = {{NG_ROWS_HALF_MID, 2056, 160},     {NG_ROWS_HALF_MID, 2176, 160},
+               {NG_ROWS_HALF_MID, 2304, 160},     {NG_ROWS_HALF_MID, 2312, 160},
+               {NG_ROWS_HALF_MID, 2560, 160},     {NG_ROWS_HALF_MID, 2568, 192},
+               {NG_ROWS_HALF_MID, 3072, 192},     {NG_ROWS_HALF_MID, 3080, 0},
+               {NG_ROWS_HALF_MID, 2048, 0},       {NG_ROWS_HALF_MID_320, 2056, 160},
+               {NG_ROWS_HALF_MID_320, 2560, 160}, {NG_ROWS_HALF_MID_320, 2568, 0},
+               {NG_ROWS_HALF_MID_320, 3072, 0}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
+    const size_t n = cases[i].n, rows = ((size_t)1 << 25) / n;
+    const int bdw = NG_ROWS_BWD_DW | NG_ROWS_X16, frz = NG_ROWS_BWD_FROZEN | NG_ROWS_X16;
+    const ng_row_launch dw = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw | cases[i].flag);
+    const ng_row_launch fz = ng_choose_row_launch_k(c, NULL, rows, n, true, frz | cases[i].flag);
+    const ng_row_launch dw0 = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw);
+    const ng_row_launch fz0 = ng_choose_row_launch_k(c, NULL, rows, n, true, frz);
+    if (!cases[i].wg) {
+      assert_int_equal(dw.wg, dw0.wg);
+      assert_int_equal(dw.groups, dw0.groups);
+      assert_int_equal(fz.wg, fz0.wg);
+      assert_int_equal(fz.groups, fz0.groups);
+      continue;
+    }
+    assert_int_equal(dw0.wg, 256); /* the launch before the rule */
+    assert_int_equal(dw.wg, cases[i].wg);
+    assert_int_equal(dw.reg_cols, 2);
+    /* with dW four a unit up to 288 vectors (RMSNorm's), three beyond and LayerNorm's */
+    const bool four = cases[i].flag == NG_ROWS_HALF_MID && n / 8 <= 288;
+    assert_int_equal(dw.groups, (four ? 4 : 3) * 132);
+    assert_true(dw.nv_shfl); /* sums over warps: the only ones a size of 160 or 192 takes */
+    assert_int_equal(fz.wg, dw.wg); /* dx's bits: the same shape frozen */
+    assert_int_equal(fz.reg_cols, 2);
+    assert_int_equal(fz.groups, rows); /* a group a row */
+  }
+  /* calls of at most 16 rows a compute unit, 1-wide vectors, f32 rows: 256 × 2 or the f32
+   * launch */
+  const int bdw = NG_ROWS_BWD_DW | NG_ROWS_HALF_MID;
+  for (int frozen = 0; frozen < 2; frozen++) {
+    const int m = (frozen ? NG_ROWS_BWD_FROZEN | NG_ROWS_HALF_MID : bdw) | NG_ROWS_X16;
+    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132, 2560, true, m).wg, 256);
+    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132 + 1, 2560, true, m).wg, 160);
+  }
+  const ng_row_launch v1 = ng_choose_row_launch_k(c, NULL, 13107, 2560, false, bdw | NG_ROWS_X16);
+  assert_int_equal(v1.wg & (v1.wg - 1), 0);
+  const ng_row_launch f32 = ng_choose_row_launch_k(c, NULL, 13107, 2560, true, bdw);
+  assert_int_equal(f32.wg, ng_choose_row_launch_k(c, NULL, 13107, 2560, true, NG_ROWS_BWD_DW).wg);
+  /* PolyNorm's forward: the shape, on the grid of NG_ROWS_PAIRS (two rows a group, at least a
+   * wave, prefetching) */
+  const int pf = NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_PAIRS;
+  const ng_row_launch f = ng_choose_row_launch_k(c, NULL, 10922, 3072, true, pf | NG_ROWS_HALF_MID);
+  const ng_row_launch f0 = ng_choose_row_launch_k(c, NULL, 10922, 3072, true, pf);
+  assert_int_equal(f0.wg, 256);
+  assert_int_equal(f.wg, 192);
+  assert_int_equal(f.reg_cols, 2);
+  assert_int_equal(f.groups, f0.groups);
+  assert_int_equal(f.groups, 10922 / 2);
+  assert_true(f.prefetch);
+  /* ... in calls of more than 8 rows a compute unit */
+  assert_int_equal(ng_choose_row_launch_k(c, NULL, 8 * 132, 3072, true, pf | NG_ROWS_HALF_MID).wg,
+                   256);
+  assert_int_equal(
+      ng_choose_row_launch_k(c, NULL, 8 * 132 + 1, 3072, true, pf | NG_ROWS_HALF_MID).wg, 192);
   ng_context_release(c);
 }
 
@@ -219,6 +297,7 @@ static void test_other_rules(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
+      cmocka_unit_test(test_half_mid),
       cmocka_unit_test(test_poly_f16_3),
       cmocka_unit_test(test_other_rules),
   };

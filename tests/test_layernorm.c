@@ -263,11 +263,17 @@ static void test_shapes(void **state) {
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   c = make_case(300, 6000, NG_BF16, NG_F32, &PARAMS[1], 0, 10);
   run_case(&c);
-  /* bf16 rows of 257-384 vectors: on NVIDIA the forward's 128 × 4 (NG_ROWS_FWD_128X4), the
-   * backward's 256 × 2; many rows and one */
-  c = make_case(300, 2504, NG_BF16, NG_F32, &PARAMS[0], 0, 14);
+  /* 16-bit rows of 257-384 vectors: on NVIDIA the forward's 128 × 4 (NG_ROWS_FWD_128X4); rows
+   * of 257-320 vectors in the backward, in calls of more than 16 rows an H100 compute unit,
+   * groups of half the row (160 × 2 at 2504 and 2200, NG_ROWS_HALF_MID_320) with both parameters
+   * trained and dB alone; 256 × 2 at 3072 and in a call of one row */
+  c = make_case(2200, 2504, NG_BF16, NG_F32, &PARAMS[0], 0, 14);
   run_case(&c);
   c = make_case(1, 3072, NG_BF16, NG_F32, &PARAMS[3], 0, 15);
+  run_case(&c);
+  c = make_case(2200, 2200, NG_F16, NG_BF16, &PARAMS[2], 0, 16);
+  run_case(&c);
+  c = make_case(300, 3072, NG_F16, NG_F32, &PARAMS[0], 0, 17);
   run_case(&c);
   /* 16-bit rows of 513-640 vectors in the backward, more than 16 rows an H100 compute unit: on
    * NVIDIA groups of half the row rounded up to a warp, two a compute unit (NG_ROWS_FIT2_640:

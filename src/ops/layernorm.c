@@ -147,15 +147,17 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
 /* The forward's launch mode: 16-bit rows of 513-1024 vectors in groups of 256 × 4, a group a row,
  * on NVIDIA (NG_ROWS_256X4). The backward's: with both parameters frozen (no partials), 16-bit
  * rows of 513-2048 vectors take a larger grid on NVIDIA (NG_ROWS_MANY, NG_ROWS_MANY_2K), and rows
- * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1). f32 rows of more than 768
- * vectors split, forward and backward, rather than being held (NG_ROWS_F32_1SLOT). */
+ * that fill their group of 128 or 256 a group a row (NG_ROWS_FULL1), and 16-bit rows of 257-320
+ * vectors groups of half a row (NG_ROWS_HALF_MID_320). f32 rows of more than 768 vectors split,
+ * forward and backward, rather than being held (NG_ROWS_F32_1SLOT). 16-bit rows of 257-384
+ * vectors are held by 128 × 4 in the forward (NG_ROWS_FWD_128X4). */
 static int ln_fwd_mode(ng_dtype xd) {
-  return ng_fwd_raw_mode(xd) | (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4) |
-         (xd == NG_BF16 ? NG_ROWS_FWD_128X4 : 0); /* measured for bf16 rows alone */
+  return ng_fwd_raw_mode(xd) |
+         (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4 | NG_ROWS_FWD_128X4);
 }
 static int ln_bwd_mode(bool partials, ng_dtype xd) {
   return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640 |
-         NG_ROWS_FULL1 | NG_ROWS_F32_1SLOT;
+         NG_ROWS_FULL1 | NG_ROWS_F32_1SLOT | (xd == NG_F32 ? 0 : NG_ROWS_HALF_MID_320);
 }
 
 /* mean[rows] and rstd[rows], f32. */
@@ -241,7 +243,8 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
   *bytes = 0;
   const size_t sections = (compute_dweight ? 1u : 0u) + (compute_dbias ? 1u : 0u);
   if (sections == 0) return NG_SUCCESS;
-  s = ng_partials_scratch_any(ctx, "layernorm.bwd", NG_ROWS_FIT2_640 | NG_ROWS_F32_1SLOT, p->rows,
+  s = ng_partials_scratch_any(ctx, "layernorm.bwd",
+                              NG_ROWS_FIT2_640 | NG_ROWS_HALF_MID_320 | NG_ROWS_F32_1SLOT, p->rows,
                               p->n, sections, 2, 0, LN_COOP_X, bytes);
   /* the split rows' own slices (ln_coop_plan): vector rows, bf16, f16 (bf16's slices, with
    * more groups than bf16's with gradients) or f32, whose launch may hold fewer vectors */

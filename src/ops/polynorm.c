@@ -157,9 +157,10 @@ static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd
   return true;
 }
 
-/* The forward's launch mode (NG_ROWS_PAIRS). */
+/* The forward's launch mode (NG_ROWS_PAIRS; NG_ROWS_HALF_MID for 16-bit rows of 257-384
+ * vectors). */
 static int fwd_mode(ng_dtype xd) {
-  return NG_ROWS_FWD | NG_ROWS_PAIRS | (xd == NG_F32 ? 0 : NG_ROWS_X16);
+  return NG_ROWS_FWD | NG_ROWS_PAIRS | (xd == NG_F32 ? 0 : NG_ROWS_X16 | NG_ROWS_HALF_MID);
 }
 
 /* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone;

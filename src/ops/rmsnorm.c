@@ -103,16 +103,15 @@ static bool fwd_splits(bool fused, ng_dtype xd, const ng_row_launch *l, size_t n
  * rows of 513-1024 vectors (the fused add's too) by groups of 256 × 4, a group a row
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). The fused
  * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2), and its f32
- * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). bf16 rows of 257-384 vectors
- * take 128 × 4 (NG_ROWS_FWD_128X4). */
+ * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). 16-bit rows of 257-384 vectors
+ * take 128 × 4, the fused add's too (NG_ROWS_FWD_128X4). */
 static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_STREAM_1K);
   if (fused)
-    return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
+    return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 | NG_ROWS_FWD_128X4 |
            (xd == NG_BF16 ? NG_ROWS_512X2 : 0);
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
-  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4 |
-         (xd == NG_BF16 ? NG_ROWS_FWD_128X4 : 0);
+  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4;
 }
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
@@ -297,15 +296,16 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
  * it may use the forward's larger grid (but one group a unit for rows of four slots:
  * NG_ROWS_ONE); the fused add's with ds_out fewer groups with dW (NG_ROWS_FEW) and more frozen
  * (NG_ROWS_MANY, NG_ROWS_MANY_512), and 1024 × 1 for 16-bit rows of 513-1024 vectors
- * (NG_ROWS_1K); without ds_out (RMSNorm's kernel) groups of half a row (NG_ROWS_FIT2) and bf16
- * rows of 1025-2048 vectors without the prefetch (NG_ROWS_DW_NOPF); f32 rows past 768 vectors
+ * (NG_ROWS_1K); without ds_out (RMSNorm's kernel) groups of half a row (NG_ROWS_FIT2; 16-bit
+ * rows of 257-384 vectors too, NG_ROWS_HALF_MID) and bf16 rows of 1025-2048 vectors without the
+ * prefetch (NG_ROWS_DW_NOPF); f32 rows past 768 vectors
  * (with ds_out past 512) and f16 rows past 1024 (without ds_out) go to the split rather than being
  * held (NG_ROWS_F32_1SLOT, NG_ROWS_F16_1SLOT). The variant list asks for the same. */
 static int rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
-                 : NG_ROWS_FIT2 | (xd == NG_BF16   ? NG_ROWS_DW_NOPF
-                                   : xd == NG_F16 ? NG_ROWS_F16_1SLOT
+                 : NG_ROWS_FIT2 | (xd == NG_BF16   ? NG_ROWS_DW_NOPF | NG_ROWS_HALF_MID
+                                   : xd == NG_F16 ? NG_ROWS_F16_1SLOT | NG_ROWS_HALF_MID
                                                   : 0)) |
          (xd != NG_F32 ? 0 : has_ds ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_1SLOT);
 }
@@ -324,9 +324,11 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   if (s != NG_SUCCESS) return s;
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
-  /* with NG_ROWS_FIT2's two groups a unit (a call without ds_out); without NG_ROWS_1K and
+  /* with NG_ROWS_FIT2's two groups a unit and NG_ROWS_HALF_MID's three or four (a call without
+   * ds_out); without NG_ROWS_1K and
    * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
-  s = ng_partials_scratch_any(ctx, rms_kind(fused, true), NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT,
+  s = ng_partials_scratch_any(ctx, rms_kind(fused, true),
+                              NG_ROWS_FIT2 | NG_ROWS_HALF_MID | NG_ROWS_F32_1SLOT,
                               p->rows, p->n, 1, 1, coop_hold(fused, true), coop_x(fused, true),
                               bytes);
   /* with ds_out the fused add's f32 rows leave the registers from 513 vectors, not 769
