@@ -327,14 +327,14 @@ size_t ng_max_pow2_wg(const ng_context *ctx) {
 }
 
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
-                                   int mode) {
+                                   ng_rows_mode mode) {
   return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, mode);
 }
 
 /* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
-                                     size_t n, bool vec_ok, int mode) {
-  const int flags = mode;
+                                     size_t n, bool vec_ok, ng_rows_mode mode) {
+  const ng_rows_mode flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
             NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FIT2 | NG_ROWS_FIT2_640 | NG_ROWS_MANY_512 |
@@ -640,7 +640,7 @@ ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, siz
   return NG_SUCCESS;
 }
 
-ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, int mode_flags,
+ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, ng_rows_mode mode_flags,
                                   size_t rows, size_t n, size_t sections, size_t row_floats,
                                   size_t hold, unsigned xflags, size_t *bytes) {
   ng_status s = NG_SUCCESS;

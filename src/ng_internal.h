@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* ---- status / detail (status.c) ------------------------------------------------------------ */
 /* Record a printf-style detail for the calling thread and return `status`. */
@@ -269,12 +270,16 @@ bool ng_col_split(const ng_context *ctx, const ng_row_launch *l, size_t rows, si
  * followed by `row_floats` row sums per row. NG_ERR_INDEX_OVERFLOW when that does not fit. */
 ng_status ng_partials_scratch(const ng_context *ctx, const ng_row_launch *l, size_t rows, size_t n,
                               size_t sections, size_t row_floats, size_t *bytes);
+/* A row launch's mode (ng_choose_row_launch_k): NG_ROWS_FWD, NG_ROWS_BWD_DW, … in the low bits
+ * and any of the NG_ROWS_* flags (below, with the launch rules); 64 bits wide, as the flags
+ * outgrew an int's 31. */
+typedef uint64_t ng_rows_mode;
 /* The largest scratch of the backward-with-dW launches of `kind` for any buffer alignment and x
  * dtype (a scratch-size query knows neither; both pick the launch): ng_partials_scratch, and
  * ng_coop_partials where the rows may be split across groups (`mode_flags`: the launch flags of
  * the op's calls with the most groups; `hold`, `xflags`: what calls of `kind` pass to
  * ng_coop_plan, the smallest hold where they differ). */
-ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, int mode_flags,
+ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, ng_rows_mode mode_flags,
                                   size_t rows, size_t n, size_t sections, size_t row_floats,
                                   size_t hold, unsigned xflags, size_t *bytes);
 /* Rows beyond a launch's registers (bf16, and f32 / f16 where the op says), each split across
@@ -420,7 +425,7 @@ bool ng_gemm_apply_xgemm(const ng_context *ctx, const char *params);
 bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]);
 /* ng_choose_row_launch for a kernel kind that may have tuned values. */
 ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
-                                     size_t n, bool vec_ok, int mode);
+                                     size_t n, bool vec_ok, ng_rows_mode mode);
 /* `mode`: NG_ROWS_FWD (no partials), NG_ROWS_BWD_DW (dW/dB partials in a persistent grid), or
  * NG_ROWS_BWD_FROZEN (no partials, but the same work-group shape as NG_ROWS_BWD_DW so that dx
  * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. NG_ROWS_FWD_RAW16: a forward
@@ -440,7 +445,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
  * 0.65 -> 0.73; f16 0.75, f32 0.85 with dW. (Its forward keeps 512: f16 0.87 there, 0.76 with
  * 256.) */
 #define NG_ROWS_POLY_BWD 4
-static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
+static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
   return x_dtype == NG_F32 ? NG_ROWS_FWD : NG_ROWS_FWD_RAW16;
 }
 /* Added to NG_ROWS_BWD_DW / NG_ROWS_BWD_FROZEN for rows of a 16-bit dtype: rows of 257-512
@@ -748,11 +753,11 @@ static inline int ng_fwd_raw_mode(ng_dtype x_dtype) {
 #define NG_HALF_MID_4_MAX 288
 /* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */
 static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024; }
-static inline int ng_bwd_mode(bool partials, ng_dtype x_dtype) {
+static inline ng_rows_mode ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
-                                   int mode);
+                                   ng_rows_mode mode);
 /* The i-th row length whose launches may differ, for the ops' variant lists: every power of two
  * up to 2^26 (on GPUs the work-group size grows with the row length), then one for each of
  * NG_ROWS_HALF_MID's and NG_ROWS_FIT2's group sizes (160, 192, then 288, 320, … work-items:

@@ -28,13 +28,13 @@ static ng_context *h100(void) {
 static void test_fwd_128x4(void **state) {
   (void)state;
   ng_context *c = h100();
-  const int modes[] = {NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_HOLD4 | NG_ROWS_256X4,
+  const ng_rows_mode modes[] = {NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_HOLD4 | NG_ROWS_256X4,
                        NG_ROWS_FWD_RAW16 | NG_ROWS_X16 | NG_ROWS_256X4,
                        /* the fused add's */
                        NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
                            NG_ROWS_512X2};
   for (size_t m = 0; m < NG_ARRAY_LEN(modes); m++) {
-    const int with = modes[m] | NG_ROWS_FWD_128X4;
+    const ng_rows_mode with = modes[m] | NG_ROWS_FWD_128X4;
     const size_t taken[] = {2056, 2176, 2504, 3072};
     for (size_t i = 0; i < NG_ARRAY_LEN(taken); i++) {
       const size_t rows = ((size_t)1 << 25) / taken[i];
@@ -81,7 +81,7 @@ static void test_half_mid(void **state) {
   (void)state;
   ng_context *c = h100();
   const struct {
-    int flag;
+    ng_rows_mode flag;
     size_t n, wg; /* wg 0: not taken */
   } cases[] = {{NG_ROWS_HALF_MID, 2056, 160},     {NG_ROWS_HALF_MID, 2176, 160},
                {NG_ROWS_HALF_MID, 2304, 160},     {NG_ROWS_HALF_MID, 2312, 160},
@@ -92,7 +92,7 @@ static void test_half_mid(void **state) {
                {NG_ROWS_HALF_MID_320, 3072, 0}};
   for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
     const size_t n = cases[i].n, rows = ((size_t)1 << 25) / n;
-    const int bdw = NG_ROWS_BWD_DW | NG_ROWS_X16, frz = NG_ROWS_BWD_FROZEN | NG_ROWS_X16;
+    const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_X16, frz = NG_ROWS_BWD_FROZEN | NG_ROWS_X16;
     const ng_row_launch dw = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw | cases[i].flag);
     const ng_row_launch fz = ng_choose_row_launch_k(c, NULL, rows, n, true, frz | cases[i].flag);
     const ng_row_launch dw0 = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw);
@@ -117,9 +117,9 @@ static void test_half_mid(void **state) {
   }
   /* calls of at most 16 rows a compute unit, 1-wide vectors, f32 rows: 256 × 2 or the f32
    * launch */
-  const int bdw = NG_ROWS_BWD_DW | NG_ROWS_HALF_MID;
+  const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_HALF_MID;
   for (int frozen = 0; frozen < 2; frozen++) {
-    const int m = (frozen ? NG_ROWS_BWD_FROZEN | NG_ROWS_HALF_MID : bdw) | NG_ROWS_X16;
+    const ng_rows_mode m = (frozen ? NG_ROWS_BWD_FROZEN | NG_ROWS_HALF_MID : bdw) | NG_ROWS_X16;
     assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132, 2560, true, m).wg, 256);
     assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132 + 1, 2560, true, m).wg, 160);
   }
@@ -129,7 +129,7 @@ static void test_half_mid(void **state) {
   assert_int_equal(f32.wg, ng_choose_row_launch_k(c, NULL, 13107, 2560, true, NG_ROWS_BWD_DW).wg);
   /* PolyNorm's forward: the shape, on the grid of NG_ROWS_PAIRS (two rows a group, at least a
    * wave, prefetching) */
-  const int pf = NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_PAIRS;
+  const ng_rows_mode pf = NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_PAIRS;
   const ng_row_launch f = ng_choose_row_launch_k(c, NULL, 10922, 3072, true, pf | NG_ROWS_HALF_MID);
   const ng_row_launch f0 = ng_choose_row_launch_k(c, NULL, 10922, 3072, true, pf);
   assert_int_equal(f0.wg, 256);
@@ -152,8 +152,8 @@ static void test_half_mid(void **state) {
 static void test_poly_f16_3(void **state) {
   (void)state;
   ng_context *c = h100();
-  const int base = NG_ROWS_POLY_BWD | NG_ROWS_X16;
-  const int grads[] = {NG_ROWS_POLY_DW, NG_ROWS_POLY_DB};
+  const ng_rows_mode base = NG_ROWS_POLY_BWD | NG_ROWS_X16;
+  const ng_rows_mode grads[] = {NG_ROWS_POLY_DW, NG_ROWS_POLY_DB};
   const size_t taken[] = {2056, 3072, 4096};
   for (size_t g = 0; g < NG_ARRAY_LEN(grads); g++)
     for (size_t i = 0; i < NG_ARRAY_LEN(taken); i++) {
@@ -171,7 +171,7 @@ static void test_poly_f16_3(void **state) {
   /* the frozen pass (no gradient flag) and rows of at most 256 vectors keep their launch */
   const struct {
     size_t n;
-    int mode;
+    ng_rows_mode mode;
   } kept[] = {{4096, base}, {2048, base | NG_ROWS_POLY_DW}, {1024, base | NG_ROWS_POLY_DB}};
   for (size_t i = 0; i < NG_ARRAY_LEN(kept); i++) {
     const ng_row_launch a = ng_choose_row_launch_k(c, NULL, SIZE_MAX, kept[i].n, true,
@@ -197,7 +197,7 @@ static void test_poly_f16_3(void **state) {
 typedef struct rule_case {
   const char *what;
   size_t rows, n;
-  int mode;
+  ng_rows_mode mode;
   long wg, reg, groups, grid, prefetch; /* expected, or ANY */
 } rule_case;
 

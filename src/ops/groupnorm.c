@@ -384,7 +384,7 @@ static void lag_bwd_opts(ng_opts *o, const ng_row_launch *l, ng_dtype x_dtype, b
 #define GN_HELD_WIDE_BWD 4096u
 static ng_row_launch held_launch(const ng_context *ctx, size_t blocks, size_t n, ng_dtype x_dtype,
                                  bool bwd, bool grads) {
-  const int mode = bwd ? ng_bwd_mode(false, x_dtype) : ng_fwd_raw_mode(x_dtype);
+  const ng_rows_mode mode = bwd ? ng_bwd_mode(false, x_dtype) : ng_fwd_raw_mode(x_dtype);
   ng_row_launch l = ng_choose_row_launch(ctx, blocks, n, true, mode);
   const size_t nv = n / 8;
   const bool pf_set = ctx->tune[NG_TUNE_PREFETCH] != 0;

@@ -151,11 +151,11 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
  * vectors groups of half a row (NG_ROWS_HALF_MID_320). f32 rows of more than 768 vectors split,
  * forward and backward, rather than being held (NG_ROWS_F32_1SLOT). 16-bit rows of 257-384
  * vectors are held by 128 × 4 in the forward (NG_ROWS_FWD_128X4). */
-static int ln_fwd_mode(ng_dtype xd) {
+static ng_rows_mode ln_fwd_mode(ng_dtype xd) {
   return ng_fwd_raw_mode(xd) |
          (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4 | NG_ROWS_FWD_128X4);
 }
-static int ln_bwd_mode(bool partials, ng_dtype xd) {
+static ng_rows_mode ln_bwd_mode(bool partials, ng_dtype xd) {
   return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640 |
          NG_ROWS_FULL1 | NG_ROWS_F32_1SLOT | (xd == NG_F32 ? 0 : NG_ROWS_HALF_MID_320);
 }

@@ -159,13 +159,13 @@ static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd
 
 /* The forward's launch mode (NG_ROWS_PAIRS; NG_ROWS_HALF_MID for 16-bit rows of 257-384
  * vectors). */
-static int fwd_mode(ng_dtype xd) {
+static ng_rows_mode fwd_mode(ng_dtype xd) {
   return NG_ROWS_FWD | NG_ROWS_PAIRS | (xd == NG_F32 ? 0 : NG_ROWS_X16 | NG_ROWS_HALF_MID);
 }
 
 /* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone;
  * NG_ROWS_POLY_F16_3 for f16 rows with either). */
-static int bwd_mode(ng_dtype xd, bool dw, bool db) {
+static ng_rows_mode bwd_mode(ng_dtype xd, bool dw, bool db) {
   return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) |
          (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0) |
          (xd == NG_F16 && (dw || db) ? NG_ROWS_POLY_F16_3 : 0);

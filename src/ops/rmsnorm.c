@@ -105,7 +105,7 @@ static bool fwd_splits(bool fused, ng_dtype xd, const ng_row_launch *l, size_t n
  * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2), and its f32
  * rows of more than 512 vectors stream (NG_ROWS_F32_1SLOT_512). 16-bit rows of 257-384 vectors
  * take 128 × 4, the fused add's too (NG_ROWS_FWD_128X4). */
-static int fwd_mode(bool fused, size_t n, ng_dtype xd) {
+static ng_rows_mode fwd_mode(bool fused, size_t n, ng_dtype xd) {
   if (xd == NG_F32) return NG_ROWS_FWD | (fused ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_STREAM_1K);
   if (fused)
     return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 | NG_ROWS_FWD_128X4 |
@@ -301,7 +301,7 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
  * prefetch (NG_ROWS_DW_NOPF); f32 rows past 768 vectors
  * (with ds_out past 512) and f16 rows past 1024 (without ds_out) go to the split rather than being
  * held (NG_ROWS_F32_1SLOT, NG_ROWS_F16_1SLOT). The variant list asks for the same. */
-static int rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
+static ng_rows_mode rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
                  : NG_ROWS_FIT2 | (xd == NG_BF16   ? NG_ROWS_DW_NOPF | NG_ROWS_HALF_MID
@@ -585,7 +585,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
           /* the launches, as the op asks for them: [0] a call of many rows; [1] one of a few
            * rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2] the fused
            * add's backward with ds_out */
-          const int mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
+          const ng_rows_mode mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
                                      : rms_bwd_mode(pass == 2, false, fl[xi]);
           const ng_row_launch ls[3] = {
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, mode),
