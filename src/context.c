@@ -401,7 +401,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                       nv8 && nv > 256 && nv <= 384 && maxwg >= 128 && more;
   const bool dw_nopf = (flags & NG_ROWS_DW_NOPF) != 0 && backward && nv8 && x16 && nv > 1024 &&
                        nv <= 2048;
-  const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2, NG_ROWS_FIT2_640 */
+  const size_t fit2_wg = fit2_group(nv); /* NG_ROWS_FIT2(_640), NG_ROWS_HALF_MID(_320) */
   const bool f768 = (flags & NG_ROWS_FIT2) != 0;
   const size_t fit2_max = f768 ? NG_FIT2_MAX : (flags & NG_ROWS_FIT2_640) ? NG_FIT2_640_MAX : 0;
   const size_t fit2_rows = f768 ? NG_FIT2_MIN_ROWS_PER_CU : NG_FIT2_640_MIN_ROWS_PER_CU;
@@ -414,7 +414,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool half_mid = nv8 && x16 && nv > 256 && nv <= half_max && rows != SIZE_MAX &&
                         rows > (fwd ? NG_HALF_MID_FWD_MIN_ROWS_PER_CU
                                     : NG_HALF_MID_MIN_ROWS_PER_CU) * d->compute_units &&
-                        fit2_group(nv) <= d->max_wg &&
+                        fit2_wg <= d->max_wg &&
                         (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN || fwd);
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
@@ -430,7 +430,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (w512x4) wg = 512, reg = 4; /* NG_ROWS_512X4 */
     if (w512x2) wg = 512, reg = 2; /* NG_ROWS_512X2 (in place of NG_ROWS_256X4) */
     if (w128x4) wg = 128, reg = 4; /* NG_ROWS_FWD_128X4 */
-    if (half_mid) wg = fit2_group(nv), reg = 2; /* NG_ROWS_HALF_MID (PolyNorm's forward) */
+    if (half_mid) wg = fit2_wg, reg = 2; /* NG_ROWS_HALF_MID (PolyNorm's forward) */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;
@@ -439,7 +439,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     while (reg < 4 && wg * reg < nv) reg *= 2;
     if (wide1k) wg = 1024, reg = 1; /* NG_ROWS_1K */
     if (fit2) wg = fit2_wg, reg = 2;  /* NG_ROWS_FIT2 */
-    if (half_mid) wg = fit2_group(nv), reg = 2; /* NG_ROWS_HALF_MID(_320) */
+    if (half_mid) wg = fit2_wg, reg = 2; /* NG_ROWS_HALF_MID(_320) */
   }
   /* NG_ROWS_F32_1SLOT(_512): f32 rows past the threshold leave the registers (a 16-bit backward
    * mode carries NG_ROWS_X16; the forwards are given the flag for f32 rows only) */
@@ -572,7 +572,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     prefetch = !(dw_nopf && l.wg == 512 && l.reg_cols == 4 && in_regs); /* NG_ROWS_DW_NOPF */
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
     if (fit2 && l.wg == fit2_wg && l.reg_cols == 2 && in_regs) per = 2; /* NG_ROWS_FIT2 */
-    if (half_mid && l.wg == fit2_group(nv) && l.reg_cols == 2 && in_regs) /* NG_ROWS_HALF_MID */
+    if (half_mid && l.wg == fit2_wg && l.reg_cols == 2 && in_regs) /* NG_ROWS_HALF_MID */
       per = (flags & NG_ROWS_HALF_MID) && nv <= NG_HALF_MID_4_MAX ? 4 : 3;
     if (few && d->nv_shfl) per = (3 * per + 3) / 4; /* NG_ROWS_FEW, measured on NVIDIA */
     g = (size_t)d->compute_units * per;

@@ -705,8 +705,9 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 56.9-57.5 -> 53.2-54.0, 3072 54.5-55.6 -> 53.3-54.4; 1000 rows of 2560 11.6-12.1 -> 10.7-12.1
  * and 13.2-14.1 -> 11.1-12.4; 3584 (not taken) and RMSNorm f16 2560 even. 100 rows
  * of 2560 measured 7.4-8.1 -> 7.8-9.1 us (RMSNorm), so calls of at most a row a compute unit keep
- * 256 × 2 (y's bits then depend on the batch size, as with NG_ROWS_256X4). The backwards keep
- * 256 × 2: the same shape lost with dW (LayerNorm 2176 +24 %) and frozen (RMSNorm +80-100 %).
+ * 256 × 2 (y's bits then depend on the batch size, as with NG_ROWS_256X4). The backwards do not
+ * take it: the same shape lost with dW (LayerNorm 2176 +24 %) and frozen (RMSNorm +80-100 %);
+ * theirs is NG_ROWS_HALF_MID.
  * Since given to the fused add's forward and to f16 rows (NORMGRAD_TUNE, then the binaries
  * alternating, two runs): the fused add bf16 2176 103.5-104.0 -> 97.8-98.1 (0.88 -> 0.93-0.94),
  * 2560 102.5-102.7 -> 97.5-97.6, 3072 99.1-99.7 -> 97.6-98.4, f16 2560 102.3-103.0 ->
@@ -717,9 +718,9 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
 /* Groups of half a row, one size below NG_ROWS_FIT2's: on NVIDIA, 16-bit rows of 257-384 vectors
  * (NG_ROWS_HALF_MID, N = 2056-3072) or 257-320 (NG_ROWS_HALF_MID_320, N = 2056-2560), in calls
  * of more than NG_HALF_MID_MIN_ROWS_PER_CU rows a compute unit (the forward's:
- * NG_HALF_MID_FWD_MIN_ROWS_PER_CU), are held two vectors a work-item
- * by a group as wide as half the row rounded up to a warp (160 work-items up to 320 vectors, 192
- * up to 384) instead of 256 × 2, which left up to half its slots idle. Given to
+ * NG_HALF_MID_FWD_MIN_ROWS_PER_CU), are held two vectors a work-item by a group as wide as half
+ * the row rounded up to a warp (160 work-items up to 320 vectors, 192 up to 384) instead of
+ * 256 × 2, which left up to half its slots idle. Given to
  * - the backward (both modes alike: the shape fixes dx's bits) of RMSNorm and of the fused add
  *   without ds_out (RMSNorm's kernel; NG_ROWS_HALF_MID), with dW on four groups a compute unit
  *   up to NG_HALF_MID_4_MAX vectors and three beyond, and LayerNorm's (NG_ROWS_HALF_MID_320, three
@@ -743,9 +744,9 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 1000 rows 19.3 -> 21.0-21.6 µs, 1100 20.2-21.5 -> 23.1-23.7, 2000 even (26.3-27.5 ->
  * 26.0-27.1), LayerNorm 1000-2000 +2 to +9 %; hence the backward's bound of 16 rows a unit (the
  * frozen pass lost nothing there: 1100 and 2000 rows -4 %). PolyNorm's forward: 1100 rows even,
- * 2000 16.2-16.8 -> 14.1-15.0. Not taken: 3584 (RMSNorm with dW even, frozen -2.6 %), LayerNorm at 3072-3584 (even or
- * slower), the fused add with ds_out (its own kernel: +3 to +5 % frozen, with dW -12 % at 2176
- * but +3.5 % at 2560). */
+ * 2000 16.2-16.8 -> 14.1-15.0. Not taken: 3584 (RMSNorm with dW even, frozen -2.6 %),
+ * LayerNorm at 3072-3584 (even or slower), the fused add with ds_out (its own kernel: +3 to +5 %
+ * frozen, with dW -12 % at 2176 but +3.5 % at 2560). */
 #define NG_ROWS_HALF_MID 0x10
 #define NG_ROWS_HALF_MID_320 0x8
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16

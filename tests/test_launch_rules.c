@@ -22,17 +22,17 @@ static ng_context *h100(void) {
   return c;
 }
 
-/* RMSNorm's and the fused add's (NG_ROWS_FWD) bf16 forward and LayerNorm's (NG_ROWS_FWD_RAW16)
- * 16-bit one with NG_ROWS_FWD_128X4: rows of 257-384 vectors on 128 × 4 in calls of more rows
+/* RMSNorm's and the fused add's (NG_ROWS_FWD) and LayerNorm's (NG_ROWS_FWD_RAW16) 16-bit forward
+ * with NG_ROWS_FWD_128X4: rows of 257-384 vectors on 128 × 4 in calls of more rows
  * than compute units, a group a row; 256 × 2 otherwise. */
 static void test_fwd_128x4(void **state) {
   (void)state;
   ng_context *c = h100();
   const ng_rows_mode modes[] = {NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_HOLD4 | NG_ROWS_256X4,
-                       NG_ROWS_FWD_RAW16 | NG_ROWS_X16 | NG_ROWS_256X4,
-                       /* the fused add's */
-                       NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
-                           NG_ROWS_512X2};
+                                NG_ROWS_FWD_RAW16 | NG_ROWS_X16 | NG_ROWS_256X4,
+                                /* the fused add's */
+                                NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
+                                    NG_ROWS_512X2};
   for (size_t m = 0; m < NG_ARRAY_LEN(modes); m++) {
     const ng_rows_mode with = modes[m] | NG_ROWS_FWD_128X4;
     const size_t taken[] = {2056, 2176, 2504, 3072};
@@ -42,7 +42,7 @@ static void test_fwd_128x4(void **state) {
       assert_int_equal(l.wg, 128);
       assert_int_equal(l.reg_cols, 4);
       assert_int_equal(l.groups, rows); /* a group a row */
-      /* without the flag (RMSNorm's f16 rows) the launch before it */
+      /* without the flag, the launch before it */
       const ng_row_launch o = ng_choose_row_launch_k(c, NULL, rows, taken[i], true, modes[m]);
       assert_int_equal(o.wg, 256);
       assert_int_equal(o.reg_cols, 2);
