@@ -411,11 +411,15 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const size_t half_max = (flags & NG_ROWS_HALF_MID)       ? 384
                           : (flags & NG_ROWS_HALF_MID_320) ? 320
                                                            : 0;
-  const bool half_mid = nv8 && x16 && nv > 256 && nv <= half_max && rows != SIZE_MAX &&
-                        rows > (fwd ? NG_HALF_MID_FWD_MIN_ROWS_PER_CU
-                                    : NG_HALF_MID_MIN_ROWS_PER_CU) * d->compute_units &&
+  /* PolyNorm's backward asks for a persistent grid (rows == SIZE_MAX): no row bound there */
+  const bool half_rows =
+      rows == SIZE_MAX ? mode == NG_ROWS_POLY_BWD
+                       : rows > (fwd ? NG_HALF_MID_FWD_MIN_ROWS_PER_CU : NG_HALF_MID_MIN_ROWS_PER_CU) *
+                                    d->compute_units;
+  const bool half_mid = nv8 && x16 && nv > 256 && nv <= half_max && half_rows &&
                         fit2_wg <= d->max_wg &&
-                        (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN || fwd);
+                        (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN || fwd ||
+                         mode == NG_ROWS_POLY_BWD);
   size_t wg = 1, reg = 1;
   if (!cpu && (mode == NG_ROWS_FWD || mode == NG_ROWS_FWD_RAW16 || mode == NG_ROWS_POLY_BWD)) {
     wg = 32;
@@ -430,7 +434,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (w512x4) wg = 512, reg = 4; /* NG_ROWS_512X4 */
     if (w512x2) wg = 512, reg = 2; /* NG_ROWS_512X2 (in place of NG_ROWS_256X4) */
     if (w128x4) wg = 128, reg = 4; /* NG_ROWS_FWD_128X4 */
-    if (half_mid) wg = fit2_wg, reg = 2; /* NG_ROWS_HALF_MID (PolyNorm's forward) */
+    if (half_mid) wg = fit2_wg, reg = 2; /* NG_ROWS_HALF_MID(_320), PolyNorm's */
   } else if (!cpu) {
     /* 16-bit rows of more than 256 vectors: two per work-item (NG_ROWS_X16) */
     const size_t per = x16 && nv > 256 ? 2 : 1;

@@ -164,9 +164,10 @@ static ng_rows_mode fwd_mode(ng_dtype xd) {
 }
 
 /* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone;
- * NG_ROWS_POLY_F16_3 for f16 rows with either). */
+ * NG_ROWS_POLY_F16_3 for f16 rows with either; NG_ROWS_HALF_MID_320 for 16-bit rows of 257-320
+ * vectors, whatever the gradients: the shape fixes dx's bits). */
 static ng_rows_mode bwd_mode(ng_dtype xd, bool dw, bool db) {
-  return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) |
+  return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16 | NG_ROWS_HALF_MID_320) |
          (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0) |
          (xd == NG_F16 && (dw || db) ? NG_ROWS_POLY_F16_3 : 0);
 }
@@ -174,7 +175,7 @@ static ng_rows_mode bwd_mode(ng_dtype xd, bool dw, bool db) {
 /* The row launch of the forward (bwd false) or of the backward (with dweight: dw; dbias: db) and
  * its scratch query (the group count, which sizes the partials, depends on neither alignment nor
  * the gradients, except that NG_ROWS_POLY_F16_3 lowers it for f16 rows with a gradient: the
- * query's f32 launch without gradients stays the largest). */
+ * query takes the larger of the f32 and bf16 launches without gradients). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
                             bool bwd, bool dw, bool db, ng_dtype xd) {
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
@@ -250,7 +251,10 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   ng_status s = ng_check_rows(p->rows, p->n, &count);
   if (s != NG_SUCCESS) return s;
   const ng_row_launch l = launch(ctx, p, true, true, false, false, NG_F32);
-  *bytes = (size_t)l.groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
+  /* 16-bit rows of 257-320 vectors take narrower groups, more of them (NG_ROWS_HALF_MID_320) */
+  const ng_row_launch l16 = launch(ctx, p, true, true, false, false, NG_BF16);
+  const size_t groups = l16.groups > l.groups ? l16.groups : l.groups;
+  *bytes = groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
   ng_coop c; /* rows may be split across groups instead: bf16's plan has the most sets (f16 rows
               * take it, f32 rows more slices of the same launch) */
   size_t b = 0;
