@@ -498,7 +498,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 102.0-102.2 -> 103.6-104.4 with 2112 groups). */
       rows_per = 2;
     }
-    if (nv16 && nv >= 128 && ((poly_dw && nv <= 512) || (poly_db && nv <= 256))) {
+    if (nv16 && nv >= 128 &&
+        ((poly_dw && nv <= 512) || (poly_db && (nv <= 256 || (half_mid && l.wg == fit2_wg))))) {
       /* NG_ROWS_POLY_DW, NG_ROWS_POLY_DB. H100, rows·N = 2^25, whole backward, old and new
        * binaries alternating, two runs: with dW bf16 2048 83.1-83.8 -> 81.0-81.2 us (0.82 ->
        * 0.84), 4096 87.0-87.1 -> 83.4-83.6 (0.78 -> 0.82), f16 84.7-85.2 -> 81.2-81.3 and
@@ -506,7 +507,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * in-kernel sum (cl/polynorm.cl), in a scan (prefetch forced), with dW 1024 81.3-82.1 ->
        * 78.6-79.9, 2048 even; dbias alone 1024 82.0-83.1 -> 78.8-78.9, 2048 82.1-83.8 ->
        * 77.6-77.7 (before the chunks 1024 lost, 85.3-85.6 -> 86.1-87.7). dbias alone at 4096,
-       * which keeps the separate sum, lost: 79.4-79.7 -> 82.9-83.3. */
+       * which keeps the separate sum, lost: 79.4-79.7 -> 82.9-83.3. dbias alone on groups of
+       * half a row (NG_ROWS_HALF_MID, 257-384 vectors) prefetches too, summing in the kernel. */
       prefetch = true;
     }
     if ((flags & NG_ROWS_POLY_F16_3) && (poly_dw || poly_db) && nv16 && nv > 256 && nv <= 512 &&

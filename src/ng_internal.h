@@ -685,7 +685,8 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 112.5-113.0 -> 116.3-117.3). */
 #define NG_ROWS_F32_STREAM_1K 0x80
 /* Added to NG_ROWS_POLY_BWD by PolyNorm's backward with a gradient (dweight or dbias) for f16
- * rows: on NVIDIA, rows of 257-512 vectors (N = 2056-4096), held by 256 work-items, run on one
+ * rows: on NVIDIA, rows of 257-512 vectors (N = 2056-4096) held by 256 work-items (since
+ * NG_ROWS_HALF_MID's groups of half a row took 257-384, those of 385-512), run on one
  * resident wave of three groups a compute unit without the next-row prefetch, instead of eight
  * a unit with it. The frozen pass keeps its launch (its grid is its own; the shape, and so dx's
  * bits, is unchanged). H100, f16, rows·N = 2^25, under NORMGRAD_TUNE=groups=396,prefetch=1
@@ -726,7 +727,10 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  *   up to NG_HALF_MID_4_MAX vectors and three beyond, and LayerNorm's (NG_ROWS_HALF_MID_320, three
  *   a unit); the frozen pass keeps a group a row, and the partials are summed by the separate
  *   launch (the in-kernel sum takes power-of-two groups at these shapes);
- * - PolyNorm's forward (NG_ROWS_HALF_MID), with its grid of two rows a group.
+ * - PolyNorm's forward (NG_ROWS_HALF_MID), with its grid of two rows a group, and its backward
+ *   (NG_ROWS_HALF_MID, every call: a persistent grid, the wave of 2048 work-items a unit), with
+ *   dB alone then prefetching the next row (NG_ROWS_POLY_DB) and, for bf16, summing in the
+ *   kernel (polynorm.c, chunk_wanted) as with dW.
  * H100, rows·N = 2^25, the binary before and this one alternating, two runs (µs): RMSNorm bf16
  * with dW 2176 92.2-92.4 -> 82.9-83.6 (0.74 -> 0.82; four a unit under NORMGRAD_TUNE -2.7 %
  * more), 2304 90.0-90.2 -> 82.1-82.3 (and -2.5 %), 2560 87.4-87.7 -> 82.0-82.3 (0.78 -> 0.84;
@@ -746,7 +750,15 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * frozen pass lost nothing there: 1100 and 2000 rows -4 %). PolyNorm's forward: 1100 rows even,
  * 2000 16.2-16.8 -> 14.1-15.0. Not taken: 3584 (RMSNorm with dW even, frozen -2.6 %),
  * LayerNorm at 3072-3584 (even or slower), the fused add with ds_out (its own kernel: +3 to +5 %
- * frozen, with dW -12 % at 2176 but +3.5 % at 2560). */
+ * frozen, with dW -12 % at 2176 but +3.5 % at 2560). PolyNorm's backward, the binary
+ * before and this one alternating, two runs: bf16 with dW 2176 105.0-105.1 -> 83.2-84.4 (0.65 ->
+ * 0.81-0.82), 2560 94.4-94.6 -> 80.8-81.1, 2816 92.4-92.6 -> 83.8-85.3, 3072 88.7-88.8 ->
+ * 83.2-83.6; dB alone 2176 94.9-95.3 -> 83.5-83.6 (0.72 -> 0.82; the prefetch and the in-kernel
+ * sum took 92.0-92.8 to it), 2560 88.8-89.6 -> 81.0-81.2, 2816 87.6-88.2 -> 83.8-84.5, 3072
+ * 85.1-85.2 -> 83.1-91.5 (the one spread case); both frozen 87.0-88.6 -> 76.1-76.4 (0.78 ->
+ * 0.90), 82.4-82.6 -> 74.5-75.0, 81.7-82.4 -> 77.0, 79.2-79.3 -> 75.6-75.7; f16 likewise (with
+ * dW 2176 -18 %, 3072 -7 %; dB alone -5 to -13 %; both frozen -5 to -16 %); 1000 rows of 2560 and
+ * 3072 -5 to -11 %. */
 #define NG_ROWS_HALF_MID 0x10
 #define NG_ROWS_HALF_MID_320 0x8
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16

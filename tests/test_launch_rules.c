@@ -138,19 +138,31 @@ static void test_half_mid(void **state) {
   assert_int_equal(f.groups, f0.groups);
   assert_int_equal(f.groups, 10922 / 2);
   assert_true(f.prefetch);
-  /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_HALF_MID_320: 160 × 2
-   * on the grid of NG_ROWS_POLY_DW (the wave of 2048 work-items a unit, prefetching), up to 320
-   * vectors; with and without a gradient the same shape */
-  for (int dwi = 0; dwi < 2; dwi++) {
-    const int pb = NG_ROWS_POLY_BWD | NG_ROWS_X16 | (dwi ? NG_ROWS_POLY_DW : 0);
+  /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_HALF_MID: 160 × 2 up
+   * to 320 vectors, 192 × 2 up to 384, on the wave of 2048 work-items a unit; with dW, with dB
+   * alone and with neither the same shape. Both gradients' modes prefetch the next row, the
+   * frozen one does not; beyond 384 vectors groups of 256, dB alone without the prefetch. */
+  for (int gi = 0; gi < 3; gi++) {
+    const ng_rows_mode pb = NG_ROWS_POLY_BWD | NG_ROWS_X16 |
+                            (gi == 1 ? NG_ROWS_POLY_DW : gi == 2 ? NG_ROWS_POLY_DB : 0);
     const ng_row_launch b =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pb | NG_ROWS_HALF_MID_320);
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pb | NG_ROWS_HALF_MID);
     assert_int_equal(b.wg, 160);
     assert_int_equal(b.reg_cols, 2);
     assert_int_equal(b.grid, 132 * (2048 / 160));
+    assert_int_equal(b.prefetch, gi != 0);
     const ng_row_launch b3 =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID_320);
-    assert_int_equal(b3.wg, 256);
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID);
+    assert_int_equal(b3.wg, 192);
+    assert_int_equal(b3.grid, 132 * (2048 / 192));
+    assert_int_equal(b3.prefetch, gi != 0);
+    const ng_row_launch b4 =
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3200, true, pb | NG_ROWS_HALF_MID);
+    assert_int_equal(b4.wg, 256);
+    assert_int_equal(b4.prefetch, gi == 1);
+    /* NG_ROWS_HALF_MID_320 stops at 320 vectors */
+    assert_int_equal(
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID_320).wg, 256);
   }
   /* ... in calls of more than 8 rows a compute unit */
   assert_int_equal(ng_choose_row_launch_k(c, NULL, 8 * 132, 3072, true, pf | NG_ROWS_HALF_MID).wg,

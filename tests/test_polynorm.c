@@ -199,15 +199,24 @@ static void test_shapes(void **state) {
   pn_case f = mk(300, 4096, NG_F16, NG_F32, 0, 320);
   f.freeze_w = true;
   run_case(&f);
-  /* f16 rows of 257-512 vectors with a gradient: on NVIDIA one wave of three groups a compute
-   * unit, each of several rows (NG_ROWS_POLY_F16_3), with dW and dB, then dB alone; their
-   * forward, rows of 257-384 vectors in a call of more than 8 rows a compute unit, on groups of
-   * half the row (NG_ROWS_HALF_MID: 192 × 2 here, 160 × 2 for the bf16 rows after) */
+  /* 16-bit rows of 257-384 vectors on NVIDIA: the backward, with dW and dB, then dB alone, and
+   * the forward (in a call of more than 8 rows a compute unit) on groups of half the row
+   * (NG_ROWS_HALF_MID: 192 × 2 for 3000, 160 × 2 for 2504), dB alone prefetching and summing in
+   * the kernel's chunks (for bf16 too) */
   pn_case g = mk(1500, 3000, NG_F16, NG_F32, 0, 321);
   run_case(&g);
   g.freeze_w = true;
   run_case(&g);
   g = mk(1100, 2504, NG_BF16, NG_BF16, 0, 322);
+  run_case(&g);
+  g.freeze_w = true;
+  run_case(&g);
+  g = mk(900, 3000, NG_BF16, NG_F32, 0, 323);
+  g.freeze_w = true;
+  run_case(&g);
+  /* f16 rows of 385-512 vectors with a gradient: one wave of three groups of 256 a compute unit,
+   * each of several rows (NG_ROWS_POLY_F16_3) */
+  g = mk(600, 3600, NG_F16, NG_F32, 0, 324);
   run_case(&g);
 }
 

@@ -64,7 +64,9 @@ static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes)
  * (G_DTYPE), as the weight's is otherwise a kernel argument. NG_TUNE_FUSED_REDUCE turns it off
  * (1) or on (2) on any GPU-shaped launch (the tests force it on PoCL with wg=). By default on
  * NVIDIA, for groups of up to 128 work-items (N <= 2048 for 16-bit rows), for 16-bit rows with
- * dweight and for f16 rows with dbias alone. H100, rows·N = 2^25, old and new binaries
+ * dweight, for f16 rows with dbias alone and for groups of half a row (NG_ROWS_HALF_MID; bf16
+ * dB alone at 2176 under NORMGRAD_TUNE: 92.8-93.0 -> 83.7-83.8 µs with the prefetch, 82.9-83.2
+ * with the prefetch alone; 2560 88.4-88.8 -> 81.3-81.6, 87.4 alone). H100, rows·N = 2^25, old and new binaries
  * alternating, two runs:
  *  - bf16 with dW 1024 85.1-85.5 -> 81.5 us, 2048 81.9-82.2 -> 78.5-79.1, 4096 83.7-84.2 ->
  *    82.3-82.4; weight frozen (dB alone) 1024 84.9-85.7 -> 82.4-83.2, 2048 84.0-84.4 ->
@@ -77,8 +79,9 @@ static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes)
  *    1000 rows of 4096 23.6-24.5 -> 22.8-23.5, 8192 (groups of 256 too) even, 82.0-82.8 ->
  *    82.5-83.0; bf16's at 4096 unchanged in the same runs (79.8-81.1 -> 80.2-81.2). */
 static bool chunk_wanted(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, bool dw) {
-  return l->wg > 1 &&
-         ng_reduce_on(ctx, l->nv_shfl && (l->wg <= 128 || (dw && xd != NG_F32) || xd == NG_F16));
+  const bool half_row = (l->wg & (l->wg - 1)) != 0; /* NG_ROWS_HALF_MID's sizes alone */
+  return l->wg > 1 && ng_reduce_on(ctx, l->nv_shfl && (l->wg <= 128 || (dw && xd != NG_F32) ||
+                                                       xd == NG_F16 || half_row));
 }
 
 /* Groups a chunk: the PN_CHUNK option's value */
@@ -164,10 +167,10 @@ static ng_rows_mode fwd_mode(ng_dtype xd) {
 }
 
 /* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone;
- * NG_ROWS_POLY_F16_3 for f16 rows with either; NG_ROWS_HALF_MID_320 for 16-bit rows of 257-320
+ * NG_ROWS_POLY_F16_3 for f16 rows with either; NG_ROWS_HALF_MID for 16-bit rows of 257-384
  * vectors, whatever the gradients: the shape fixes dx's bits). */
 static ng_rows_mode bwd_mode(ng_dtype xd, bool dw, bool db) {
-  return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16 | NG_ROWS_HALF_MID_320) |
+  return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16 | NG_ROWS_HALF_MID) |
          (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0) |
          (xd == NG_F16 && (dw || db) ? NG_ROWS_POLY_F16_3 : 0);
 }
@@ -251,7 +254,7 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   ng_status s = ng_check_rows(p->rows, p->n, &count);
   if (s != NG_SUCCESS) return s;
   const ng_row_launch l = launch(ctx, p, true, true, false, false, NG_F32);
-  /* 16-bit rows of 257-320 vectors take narrower groups, more of them (NG_ROWS_HALF_MID_320) */
+  /* 16-bit rows of 257-384 vectors take narrower groups, more of them (NG_ROWS_HALF_MID) */
   const ng_row_launch l16 = launch(ctx, p, true, true, false, false, NG_BF16);
   const size_t groups = l16.groups > l.groups ? l16.groups : l.groups;
   *bytes = groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
