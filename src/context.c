@@ -291,7 +291,7 @@ size_t ng_variant_n(size_t i) {
   if (i <= 26) return (size_t)1 << i;
   /* NG_ROWS_HALF_MID's group sizes (160, 192), then NG_ROWS_FIT2's (288, 320, …), each from
    * its rule's shortest row */
-  const size_t k = i - 27, half = (fit2_group(384) - fit2_group(257)) / 32 + 1;
+  const size_t k = i - 27, half = (fit2_group(NG_HALF_MID_MAX) - fit2_group(257)) / 32 + 1;
   if (k < half) return 16 * (fit2_group(257) + 32 * k);
   const size_t wg = fit2_group(513) + 32 * (k - half);
   return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
@@ -341,7 +341,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
             NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4 | NG_ROWS_HALF_MID |
-            NG_ROWS_HALF_MID_320);
+            NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -408,7 +408,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool fit2 = nv8 && x16 && nv > 512 && nv <= fit2_max &&
                     fit2_wg <= d->max_wg && rows > fit2_rows * d->compute_units &&
                     (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
-  const size_t half_max = (flags & NG_ROWS_HALF_MID)       ? 384
+  const size_t half_max = (flags & NG_ROWS_HALF_MID)       ? NG_HALF_MID_MAX
+                          : (flags & NG_ROWS_HALF_MID_384) ? 384
                           : (flags & NG_ROWS_HALF_MID_320) ? 320
                                                            : 0;
   /* PolyNorm's backward asks for a persistent grid (rows == SIZE_MAX): no row bound there */

@@ -716,19 +716,21 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 52.3-52.6, 3072 54.8-55.5 -> 52.9-53.4; RMSNorm f16 2176 65.8-66.1 -> 51.3-52.9 (0.69 ->
  * 0.87-0.89). */
 #define NG_ROWS_FWD_128X4 0x20
-/* Groups of half a row, one size below NG_ROWS_FIT2's: on NVIDIA, 16-bit rows of 257-384 vectors
- * (NG_ROWS_HALF_MID, N = 2056-3072) or 257-320 (NG_ROWS_HALF_MID_320, N = 2056-2560), in calls
+/* Groups of half a row, one size below NG_ROWS_FIT2's: on NVIDIA, 16-bit rows of 257-448 vectors
+ * (NG_ROWS_HALF_MID, N = 2056-3584; NG_HALF_MID_MAX), 257-384 (NG_ROWS_HALF_MID_384, N =
+ * 2056-3072) or 257-320 (NG_ROWS_HALF_MID_320, N = 2056-2560), in calls
  * of more than NG_HALF_MID_MIN_ROWS_PER_CU rows a compute unit (the forward's:
  * NG_HALF_MID_FWD_MIN_ROWS_PER_CU), are held two vectors a work-item by a group as wide as half
- * the row rounded up to a warp (160 work-items up to 320 vectors, 192 up to 384) instead of
- * 256 × 2, which left up to half its slots idle. Given to
+ * the row rounded up to a warp (160 work-items up to 320 vectors, 192 up to 384, 224 up to 448)
+ * instead of 256 × 2, which left up to half its slots idle. Given to
  * - the backward (both modes alike: the shape fixes dx's bits) of RMSNorm and of the fused add
  *   without ds_out (RMSNorm's kernel; NG_ROWS_HALF_MID), with dW on four groups a compute unit
  *   up to NG_HALF_MID_4_MAX vectors and three beyond, and LayerNorm's (NG_ROWS_HALF_MID_320, three
  *   a unit); the frozen pass keeps a group a row, and the partials are summed by the separate
  *   launch (the in-kernel sum takes power-of-two groups at these shapes);
- * - PolyNorm's forward (NG_ROWS_HALF_MID), with its grid of two rows a group, and its backward
- *   (NG_ROWS_HALF_MID, every call: a persistent grid, the wave of 2048 work-items a unit), with
+ * - PolyNorm's forward (bf16 NG_ROWS_HALF_MID, f16 NG_ROWS_HALF_MID_384), with its grid of two
+ *   rows a group, and its backward (the same flags, every call: a persistent grid, the wave of
+ *   2048 work-items a unit), with
  *   dB alone then prefetching the next row (NG_ROWS_POLY_DB) and, for bf16, summing in the
  *   kernel (polynorm.c, chunk_wanted) as with dW.
  * H100, rows·N = 2^25, the binary before and this one alternating, two runs (µs): RMSNorm bf16
@@ -748,7 +750,13 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 1000 rows 19.3 -> 21.0-21.6 µs, 1100 20.2-21.5 -> 23.1-23.7, 2000 even (26.3-27.5 ->
  * 26.0-27.1), LayerNorm 1000-2000 +2 to +9 %; hence the backward's bound of 16 rows a unit (the
  * frozen pass lost nothing there: 1100 and 2000 rows -4 %). PolyNorm's forward: 1100 rows even,
- * 2000 16.2-16.8 -> 14.1-15.0. Not taken: 3584 (RMSNorm with dW even, frozen -2.6 %),
+ * 2000 16.2-16.8 -> 14.1-15.0. Rows of 385-448 vectors (224 × 2) since stop 58, the binaries
+ * alternating, two runs: RMSNorm bf16 3328 with dW 82.2-82.8 -> 80.2-81.1, frozen 78.0-78.2 ->
+ * 75.5-75.6, 3584 81.2 -> 80.8-81.4 and 76.1-76.4 -> 75.4-75.6, f16 3584 -1.2 % and -3.0 %; the
+ * fused add without ds_out 3584 -0.6 % and -2.9 %; PolyNorm bf16 3328 forward 54.3-54.8 ->
+ * 52.8-53.2, with dW 87.6-88.3 -> 82.8-83.4, dB alone -1.8 %, both frozen -2.0 %, 3584 -0.8 to
+ * -3.1 % in every pass; PolyNorm f16 3584 with dW -1.3 %, dB alone -1.5 %, but both frozen
+ * 76.9-78.2 -> 81.3-82.5 (+5.6 %), so f16's rows stop at 384 (NG_ROWS_HALF_MID_384). Not taken:
  * LayerNorm at 3072-3584 (even or slower), the fused add with ds_out (its own kernel: +3 to +5 %
  * frozen, with dW -12 % at 2176 but +3.5 % at 2560). PolyNorm's backward, the binary
  * before and this one alternating, two runs: bf16 with dW 2176 105.0-105.1 -> 83.2-84.4 (0.65 ->
@@ -761,6 +769,8 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 3072 -5 to -11 %. */
 #define NG_ROWS_HALF_MID 0x10
 #define NG_ROWS_HALF_MID_320 0x8
+#define NG_ROWS_HALF_MID_384 0x80000000
+#define NG_HALF_MID_MAX 448
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16
 #define NG_HALF_MID_FWD_MIN_ROWS_PER_CU 8
 #define NG_HALF_MID_4_MAX 288

@@ -71,9 +71,9 @@ static void test_fwd_128x4(void **state) {
   ng_context_release(c);
 }
 
-/* RMSNorm's backward (NG_ROWS_HALF_MID, rows of 257-384 vectors) and LayerNorm's
+/* RMSNorm's backward (NG_ROWS_HALF_MID, rows of 257-448 vectors) and LayerNorm's
  * (NG_ROWS_HALF_MID_320, 257-320), 16-bit: in calls of more than 16 rows a compute unit, groups
- * of half the row rounded up to a warp (160 or 192 work-items) of two vectors each, with dW four
+ * of half the row rounded up to a warp (160, 192 or 224 work-items) of two vectors each, with dW four
  * a compute unit (RMSNorm's rows of up to 288 vectors) or three, frozen a group a row, the same
  * shape in both passes; 256 × 2 otherwise. PolyNorm's forward takes the shape too, in calls of
  * more than 8 rows a unit. */
@@ -86,8 +86,10 @@ static void test_half_mid(void **state) {
   } cases[] = {{NG_ROWS_HALF_MID, 2056, 160},     {NG_ROWS_HALF_MID, 2176, 160},
                {NG_ROWS_HALF_MID, 2304, 160},     {NG_ROWS_HALF_MID, 2312, 160},
                {NG_ROWS_HALF_MID, 2560, 160},     {NG_ROWS_HALF_MID, 2568, 192},
-               {NG_ROWS_HALF_MID, 3072, 192},     {NG_ROWS_HALF_MID, 3080, 0},
-               {NG_ROWS_HALF_MID, 2048, 0},       {NG_ROWS_HALF_MID_320, 2056, 160},
+               {NG_ROWS_HALF_MID, 3072, 192},     {NG_ROWS_HALF_MID, 3080, 224},
+               {NG_ROWS_HALF_MID, 3584, 224},     {NG_ROWS_HALF_MID, 3592, 0},
+               {NG_ROWS_HALF_MID, 2048, 0},       {NG_ROWS_HALF_MID_384, 3072, 192},
+               {NG_ROWS_HALF_MID_384, 3080, 0},   {NG_ROWS_HALF_MID_320, 2056, 160},
                {NG_ROWS_HALF_MID_320, 2560, 160}, {NG_ROWS_HALF_MID_320, 2568, 0},
                {NG_ROWS_HALF_MID_320, 3072, 0}};
   for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
@@ -110,7 +112,7 @@ static void test_half_mid(void **state) {
     /* with dW four a unit up to 288 vectors (RMSNorm's), three beyond and LayerNorm's */
     const bool four = cases[i].flag == NG_ROWS_HALF_MID && n / 8 <= 288;
     assert_int_equal(dw.groups, (four ? 4 : 3) * 132);
-    assert_true(dw.nv_shfl); /* sums over warps: the only ones a size of 160 or 192 takes */
+    assert_true(dw.nv_shfl); /* sums over warps: the only ones a size of 160-224 takes */
     assert_int_equal(fz.wg, dw.wg); /* dx's bits: the same shape frozen */
     assert_int_equal(fz.reg_cols, 2);
     assert_int_equal(fz.groups, rows); /* a group a row */
@@ -139,9 +141,10 @@ static void test_half_mid(void **state) {
   assert_int_equal(f.groups, 10922 / 2);
   assert_true(f.prefetch);
   /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_HALF_MID: 160 × 2 up
-   * to 320 vectors, 192 × 2 up to 384, on the wave of 2048 work-items a unit; with dW, with dB
-   * alone and with neither the same shape. Both gradients' modes prefetch the next row, the
-   * frozen one does not; beyond 384 vectors groups of 256, dB alone without the prefetch. */
+   * to 320 vectors, 192 × 2 up to 384, 224 × 2 up to 448, on the wave of 2048 work-items a unit;
+   * with dW, with dB alone and with neither the same shape. Both gradients' modes prefetch the
+   * next row, the frozen one does not; beyond 448 vectors (and beyond 384 with f16's
+   * NG_ROWS_HALF_MID_384) groups of 256, dB alone without the prefetch. */
   for (int gi = 0; gi < 3; gi++) {
     const ng_rows_mode pb = NG_ROWS_POLY_BWD | NG_ROWS_X16 |
                             (gi == 1 ? NG_ROWS_POLY_DW : gi == 2 ? NG_ROWS_POLY_DB : 0);
@@ -157,9 +160,16 @@ static void test_half_mid(void **state) {
     assert_int_equal(b3.grid, 132 * (2048 / 192));
     assert_int_equal(b3.prefetch, gi != 0);
     const ng_row_launch b4 =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3200, true, pb | NG_ROWS_HALF_MID);
-    assert_int_equal(b4.wg, 256);
-    assert_int_equal(b4.prefetch, gi == 1);
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, pb | NG_ROWS_HALF_MID);
+    assert_int_equal(b4.wg, 224);
+    assert_int_equal(b4.grid, 132 * (2048 / 224));
+    assert_int_equal(b4.prefetch, gi != 0);
+    const ng_row_launch b5 =
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3600, true, pb | NG_ROWS_HALF_MID);
+    assert_int_equal(b5.wg, 256);
+    assert_int_equal(b5.prefetch, gi == 1);
+    assert_int_equal(
+        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, pb | NG_ROWS_HALF_MID_384).wg, 256);
     /* NG_ROWS_HALF_MID_320 stops at 320 vectors */
     assert_int_equal(
         ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID_320).wg, 256);

@@ -199,10 +199,10 @@ static void test_shapes(void **state) {
   pn_case f = mk(300, 4096, NG_F16, NG_F32, 0, 320);
   f.freeze_w = true;
   run_case(&f);
-  /* 16-bit rows of 257-384 vectors on NVIDIA: the backward, with dW and dB, then dB alone, and
-   * the forward (in a call of more than 8 rows a compute unit) on groups of half the row
-   * (NG_ROWS_HALF_MID: 192 × 2 for 3000, 160 × 2 for 2504), dB alone prefetching and summing in
-   * the kernel's chunks (for bf16 too) */
+  /* 16-bit rows of 257-384 vectors (bf16's up to 448) on NVIDIA: the backward, with dW and dB,
+   * then dB alone, and the forward (in a call of more than 8 rows a compute unit) on groups of
+   * half the row (192 × 2 for 3000, 160 × 2 for 2504, 224 × 2 for bf16's 3496 below), dB alone
+   * prefetching and summing in the kernel's chunks (for bf16 too) */
   pn_case g = mk(1500, 3000, NG_F16, NG_F32, 0, 321);
   run_case(&g);
   g.freeze_w = true;
@@ -217,6 +217,10 @@ static void test_shapes(void **state) {
   /* f16 rows of 385-512 vectors with a gradient: one wave of three groups of 256 a compute unit,
    * each of several rows (NG_ROWS_POLY_F16_3) */
   g = mk(600, 3600, NG_F16, NG_F32, 0, 324);
+  run_case(&g);
+  g = mk(1100, 3496, NG_BF16, NG_F32, 0, 325);
+  run_case(&g);
+  g.freeze_w = true;
   run_case(&g);
 }
 
