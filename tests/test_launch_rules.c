@@ -148,22 +148,15 @@ static void test_half_mid(void **state) {
   for (int gi = 0; gi < 3; gi++) {
     const ng_rows_mode pb = NG_ROWS_POLY_BWD | NG_ROWS_X16 |
                             (gi == 1 ? NG_ROWS_POLY_DW : gi == 2 ? NG_ROWS_POLY_DB : 0);
-    const ng_row_launch b =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pb | NG_ROWS_HALF_MID);
-    assert_int_equal(b.wg, 160);
-    assert_int_equal(b.reg_cols, 2);
-    assert_int_equal(b.grid, 132 * (2048 / 160));
-    assert_int_equal(b.prefetch, gi != 0);
-    const ng_row_launch b3 =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID);
-    assert_int_equal(b3.wg, 192);
-    assert_int_equal(b3.grid, 132 * (2048 / 192));
-    assert_int_equal(b3.prefetch, gi != 0);
-    const ng_row_launch b4 =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, pb | NG_ROWS_HALF_MID);
-    assert_int_equal(b4.wg, 224);
-    assert_int_equal(b4.grid, 132 * (2048 / 224));
-    assert_int_equal(b4.prefetch, gi != 0);
+    const size_t ns[] = {2560, 3072, 3584}, wgs[] = {160, 192, 224};
+    for (size_t i = 0; i < NG_ARRAY_LEN(ns); i++) {
+      const ng_row_launch b =
+          ng_choose_row_launch_k(c, NULL, SIZE_MAX, ns[i], true, pb | NG_ROWS_HALF_MID);
+      assert_int_equal(b.wg, wgs[i]);
+      assert_int_equal(b.reg_cols, 2);
+      assert_int_equal(b.grid, 132 * (2048 / wgs[i]));
+      assert_int_equal(b.prefetch, gi != 0);
+    }
     const ng_row_launch b5 =
         ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3600, true, pb | NG_ROWS_HALF_MID);
     assert_int_equal(b5.wg, 256);
