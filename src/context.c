@@ -289,7 +289,7 @@ static size_t fit2_group(size_t nv) { return ((nv + 1) / 2 + 31) / 32 * 32; }
 
 size_t ng_variant_n(size_t i) {
   if (i <= 26) return (size_t)1 << i;
-  /* NG_ROWS_HALF_MID's group sizes (160, 192), then NG_ROWS_FIT2's (288, 320, …), each from
+  /* NG_ROWS_HALF_MID's group sizes (160, 192, 224), then NG_ROWS_FIT2's (288, 320, …), each from
    * its rule's shortest row */
   const size_t k = i - 27, half = (fit2_group(NG_HALF_MID_MAX) - fit2_group(257)) / 32 + 1;
   if (k < half) return 16 * (fit2_group(257) + 32 * k);
@@ -413,10 +413,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                           : (flags & NG_ROWS_HALF_MID_320) ? 320
                                                            : 0;
   /* PolyNorm's backward asks for a persistent grid (rows == SIZE_MAX): no row bound there */
-  const bool half_rows =
-      rows == SIZE_MAX ? mode == NG_ROWS_POLY_BWD
-                       : rows > (fwd ? NG_HALF_MID_FWD_MIN_ROWS_PER_CU : NG_HALF_MID_MIN_ROWS_PER_CU) *
-                                    d->compute_units;
+  const size_t half_min = fwd ? NG_HALF_MID_FWD_MIN_ROWS_PER_CU : NG_HALF_MID_MIN_ROWS_PER_CU;
+  const bool half_rows = rows == SIZE_MAX ? mode == NG_ROWS_POLY_BWD
+                                          : rows > half_min * d->compute_units;
   const bool half_mid = nv8 && x16 && nv > 256 && nv <= half_max && half_rows &&
                         fit2_wg <= d->max_wg &&
                         (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN || fwd ||
@@ -509,7 +508,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * 78.6-79.9, 2048 even; dbias alone 1024 82.0-83.1 -> 78.8-78.9, 2048 82.1-83.8 ->
        * 77.6-77.7 (before the chunks 1024 lost, 85.3-85.6 -> 86.1-87.7). dbias alone at 4096,
        * which keeps the separate sum, lost: 79.4-79.7 -> 82.9-83.3. dbias alone on groups of
-       * half a row (NG_ROWS_HALF_MID, 257-384 vectors) prefetches too, summing in the kernel. */
+       * half a row (NG_ROWS_HALF_MID: bf16 257-448 vectors, f16 257-384) prefetches too, summing in
+       * the kernel. */
       prefetch = true;
     }
     if ((flags & NG_ROWS_POLY_F16_3) && (poly_dw || poly_db) && nv16 && nv > 256 && nv <= 512 &&

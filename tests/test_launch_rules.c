@@ -73,10 +73,10 @@ static void test_fwd_128x4(void **state) {
 
 /* RMSNorm's backward (NG_ROWS_HALF_MID, rows of 257-448 vectors) and LayerNorm's
  * (NG_ROWS_HALF_MID_320, 257-320), 16-bit: in calls of more than 16 rows a compute unit, groups
- * of half the row rounded up to a warp (160, 192 or 224 work-items) of two vectors each, with dW four
- * a compute unit (RMSNorm's rows of up to 288 vectors) or three, frozen a group a row, the same
- * shape in both passes; 256 × 2 otherwise. PolyNorm's forward takes the shape too, in calls of
- * more than 8 rows a unit. */
+ * of half the row rounded up to a warp (160, 192 or 224 work-items) of two vectors each, with
+ * dW four a compute unit (RMSNorm's rows of up to 288 vectors) or three, frozen a group a row,
+ * the same shape in both passes; 256 × 2 otherwise. PolyNorm's forward takes the shape too, in
+ * calls of more than 8 rows a unit, and its backward in every call. */
 static void test_half_mid(void **state) {
   (void)state;
   ng_context *c = h100();

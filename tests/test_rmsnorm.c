@@ -203,7 +203,8 @@ static void test_shapes(void **state) {
    * (NG_ROWS_HALF_MID), dW summed by a separate launch; more than 16 rows an H100 compute unit
    * and one (256 × 2) */
   for (int i = 0; i < 4; i++) {
-    rms_case m = {i == 1 ? 1 : 2200, i == 2 ? 3000 : i == 3 ? 3496 : 2504, NG_BF16, i == 2 ? NG_BF16 : NG_F32,
+    const size_t n = i == 2 ? 3000 : i == 3 ? 3496 : 2504;
+    rms_case m = {i == 1 ? 1 : 2200, n, NG_BF16, i == 2 ? NG_BF16 : NG_F32,
                   i == 2 ? NG_CAST_GEMMA : NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 121 + i};
     run_case(&m);
   }

@@ -66,8 +66,8 @@ static ng_status coop_scratch(const ng_coop *c, bool dw, bool db, size_t *bytes)
  * NVIDIA, for groups of up to 128 work-items (N <= 2048 for 16-bit rows), for 16-bit rows with
  * dweight, for f16 rows with dbias alone and for groups of half a row (NG_ROWS_HALF_MID; bf16
  * dB alone at 2176 under NORMGRAD_TUNE: 92.8-93.0 -> 83.7-83.8 µs with the prefetch, 82.9-83.2
- * with the prefetch alone; 2560 88.4-88.8 -> 81.3-81.6, 87.4 alone). H100, rows·N = 2^25, old and new binaries
- * alternating, two runs:
+ * with the prefetch alone; 2560 88.4-88.8 -> 81.3-81.6, 87.4 alone). H100, rows·N = 2^25, old
+ * and new binaries alternating, two runs:
  *  - bf16 with dW 1024 85.1-85.5 -> 81.5 us, 2048 81.9-82.2 -> 78.5-79.1, 4096 83.7-84.2 ->
  *    82.3-82.4; weight frozen (dB alone) 1024 84.9-85.7 -> 82.4-83.2, 2048 84.0-84.4 ->
  *    82.1-83.2; f16 with dW 1024 86.0-86.3 -> 82.1-83.7, 4096 86.7-87.2 -> 84.5-84.6; f32 with
