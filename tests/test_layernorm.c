@@ -235,6 +235,13 @@ static void test_matrix(void **state) {
   }
 }
 
+/* make_case, then run_case on it */
+static void run_made(size_t rows, size_t n, ng_dtype xd, ng_dtype wd, const ln_params *p,
+                     size_t off, uint64_t seed) {
+  ln_case c = make_case(rows, n, xd, wd, p, off, seed);
+  run_case(&c);
+}
+
 /* N = 1, 7, 4097, 12000, 24576, 65536 with one row and many rows, offsets. */
 static void test_shapes(void **state) {
   (void)state;
@@ -246,35 +253,25 @@ static void test_shapes(void **state) {
                               {1, 4097},    {1000, 4097}, {1, 65536}, {256, 65536},
                               {40, 24576},  {40, 12000}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
-    ln_case c = make_case(shapes[i][0], shapes[i][1], NG_BF16, NG_F32, &PARAMS[i % 2 ? 0 : 1], 0,
-                          100 + i);
-    run_case(&c);
+    run_made(shapes[i][0], shapes[i][1], NG_BF16, NG_F32, &PARAMS[i % 2 ? 0 : 1], 0, 100 + i);
     if (shapes[i][0] * shapes[i][1] > 5000000) continue;
-    c = make_case(shapes[i][0], shapes[i][1], NG_F32, NG_BF16, &PARAMS[2 + i % 5], 8, 200 + i);
-    run_case(&c);
+    run_made(shapes[i][0], shapes[i][1], NG_F32, NG_BF16, &PARAMS[2 + i % 5], 8, 200 + i);
   }
   /* both parameters frozen on rows of 1025-2048 vectors: on NVIDIA a grid of a group a row
    * (NG_ROWS_MANY_2K) */
-  ln_case c = make_case(40, 16384, NG_F16, NG_F32, &PARAMS[6], 0, 7);
-  run_case(&c);
-  c = make_case(3, 12000, NG_BF16, NG_BF16, &PARAMS[6], 0, 8);
-  run_case(&c);
+  run_made(40, 16384, NG_F16, NG_F32, &PARAMS[6], 0, 7);
+  run_made(3, 12000, NG_BF16, NG_BF16, &PARAMS[6], 0, 8);
   /* 16-bit rows of 513-1024 vectors, more rows than an H100 has compute units: on NVIDIA the
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
-  c = make_case(300, 6000, NG_BF16, NG_F32, &PARAMS[1], 0, 10);
-  run_case(&c);
+  run_made(300, 6000, NG_BF16, NG_F32, &PARAMS[1], 0, 10);
   /* 16-bit rows of 257-384 vectors: on NVIDIA the forward's 128 × 4 (NG_ROWS_FWD_128X4); rows
    * of 257-320 vectors in the backward, in calls of more than 16 rows an H100 compute unit,
    * groups of half the row (160 × 2 at 2504 and 2200, NG_ROWS_HALF_MID_320) with both parameters
    * trained and dB alone; 256 × 2 at 3072 and in a call of one row */
-  c = make_case(2200, 2504, NG_BF16, NG_F32, &PARAMS[0], 0, 14);
-  run_case(&c);
-  c = make_case(1, 3072, NG_BF16, NG_F32, &PARAMS[3], 0, 15);
-  run_case(&c);
-  c = make_case(2200, 2200, NG_F16, NG_BF16, &PARAMS[2], 0, 16);
-  run_case(&c);
-  c = make_case(300, 3072, NG_F16, NG_F32, &PARAMS[0], 0, 17);
-  run_case(&c);
+  run_made(2200, 2504, NG_BF16, NG_F32, &PARAMS[0], 0, 14);
+  run_made(1, 3072, NG_BF16, NG_F32, &PARAMS[3], 0, 15);
+  run_made(2200, 2200, NG_F16, NG_BF16, &PARAMS[2], 0, 16);
+  run_made(300, 3072, NG_F16, NG_F32, &PARAMS[0], 0, 17);
   /* 16-bit rows of 513-640 vectors in the backward, more than 16 rows an H100 compute unit: on
    * NVIDIA groups of half the row rounded up to a warp, two a compute unit (NG_ROWS_FIT2_640:
    * 288 work-items at 4608, 288 at 4160 and 320 at 5000 with idle second slots): both trained,
@@ -283,27 +280,20 @@ static void test_shapes(void **state) {
   ng_test_env *e = ng_test_env_get();
   for (unsigned red = 1; red <= 2; red++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, red));
-    c = make_case(2200, 4608, NG_BF16, NG_F32, &PARAMS[red - 1], 0, 10 + red);
-    run_case(&c);
+    run_made(2200, 4608, NG_BF16, NG_F32, &PARAMS[red - 1], 0, 10 + red);
   }
   ng_test_reset_overrides(e->ctx);
-  c = make_case(2200, 4160, NG_F16, NG_BF16, &PARAMS[2], 8, 13);
-  run_case(&c);
-  c = make_case(2200, 5000, NG_BF16, NG_F32, &PARAMS[6], 0, 14);
-  run_case(&c);
+  run_made(2200, 4160, NG_F16, NG_BF16, &PARAMS[2], 8, 13);
+  run_made(2200, 5000, NG_BF16, NG_F32, &PARAMS[6], 0, 14);
   /* both frozen on rows of 641-1024 vectors, more rows than 16 a compute unit: on NVIDIA a group
    * a row (NG_ROWS_MANY_2K) */
-  c = make_case(2200, 7000, NG_BF16, NG_F32, &PARAMS[6], 0, 15);
-  run_case(&c);
+  run_made(2200, 7000, NG_BF16, NG_F32, &PARAMS[6], 0, 15);
   /* both frozen on rows that fill a group of 128 or 256, more than four rows for each group of a
    * 132-unit wave: on NVIDIA a group a row (NG_ROWS_FULL1) */
-  c = make_case(8500, 1024, NG_BF16, NG_F32, &PARAMS[6], 0, 16);
-  run_case(&c);
-  c = make_case(4300, 2048, NG_F16, NG_BF16, &PARAMS[6], 0, 17);
-  run_case(&c);
+  run_made(8500, 1024, NG_BF16, NG_F32, &PARAMS[6], 0, 16);
+  run_made(4300, 2048, NG_F16, NG_BF16, &PARAMS[6], 0, 17);
   /* an offset that breaks the 16-byte alignment of the parameters only: scalar path */
-  c = make_case(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
-  run_case(&c);
+  run_made(33, 64, NG_F16, NG_F16, &PARAMS[0], 5, 9);
 }
 
 /* A mean 10⁴ times the spread: E[x²] − mean² in f32 would lose every digit of the variance. */
