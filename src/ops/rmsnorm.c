@@ -304,9 +304,8 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
 static ng_rows_mode rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K
-                 : NG_ROWS_FIT2 | (xd == NG_BF16   ? NG_ROWS_DW_NOPF | NG_ROWS_HALF_MID
-                                   : xd == NG_F16 ? NG_ROWS_F16_1SLOT | NG_ROWS_HALF_MID
-                                                  : 0)) |
+                 : NG_ROWS_FIT2 | NG_ROWS_HALF_MID |
+                       (xd == NG_BF16 ? NG_ROWS_DW_NOPF : xd == NG_F16 ? NG_ROWS_F16_1SLOT : 0)) |
          (xd != NG_F32 ? 0 : has_ds ? NG_ROWS_F32_1SLOT_512 : NG_ROWS_F32_1SLOT);
 }
 
