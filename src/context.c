@@ -287,11 +287,16 @@ ng_status ng_context_get_stats(const ng_context *ctx, ng_context_stats *out) {
 /* NG_ROWS_FIT2's group for a row of nv vectors: half the row, rounded up to a warp */
 static size_t fit2_group(size_t nv) { return ((nv + 1) / 2 + 31) / 32 * 32; }
 
+/* NG_ROWS_HALF_MID_DS's rows (257-288 vectors) take groups of 160, which NG_ROWS_HALF_MID's
+ * 2560 does not give the fused add with ds_out: its longest row stands for them */
+_Static_assert(NG_HALF_MID_DS_MAX > 256 && NG_HALF_MID_DS_MAX <= 320, "one variant length");
+
 size_t ng_variant_n(size_t i) {
   if (i <= 26) return (size_t)1 << i;
+  if (i == 27) return 8 * NG_HALF_MID_DS_MAX; /* NG_ROWS_HALF_MID_DS */
   /* NG_ROWS_HALF_MID's group sizes (160, 192, 224), then NG_ROWS_FIT2's (288, 320, …), each from
    * its rule's shortest row */
-  const size_t k = i - 27, half = (fit2_group(NG_HALF_MID_MAX) - fit2_group(257)) / 32 + 1;
+  const size_t k = i - 28, half = (fit2_group(NG_HALF_MID_MAX) - fit2_group(257)) / 32 + 1;
   if (k < half) return 16 * (fit2_group(257) + 32 * k);
   const size_t wg = fit2_group(513) + 32 * (k - half);
   return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
@@ -341,7 +346,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
             NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4 | NG_ROWS_HALF_MID |
-            NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384);
+            NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384 | NG_ROWS_HALF_MID_DS);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -409,6 +414,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
                     fit2_wg <= d->max_wg && rows > fit2_rows * d->compute_units &&
                     (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
   const size_t half_max = (flags & NG_ROWS_HALF_MID)       ? NG_HALF_MID_MAX
+                          : (flags & NG_ROWS_HALF_MID_DS)  ? NG_HALF_MID_DS_MAX
                           : (flags & NG_ROWS_HALF_MID_384) ? 384
                           : (flags & NG_ROWS_HALF_MID_320) ? 320
                                                            : 0;
@@ -558,6 +564,11 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (many512 && nv16 && nv > 256 && nv <= 512 && in_regs && rows != SIZE_MAX) {
       g = (size_t)d->compute_units * 8; /* NG_ROWS_MANY_512 */
       prefetch = false;
+    }
+    if ((flags & NG_ROWS_HALF_MID_DS) && mode == NG_ROWS_BWD_FROZEN && half_mid &&
+        l.wg == fit2_wg && l.reg_cols == 2 && in_regs) {
+      g = (size_t)d->compute_units * 16; /* NG_ROWS_HALF_MID_DS, in place of NG_ROWS_MANY_512 */
+      prefetch = true;
     }
     if (hold4 && l.wg == 1024 && l.reg_cols == 4 && in_regs && rows != SIZE_MAX) {
       g = (size_t)d->compute_units * 16; /* NG_ROWS_HOLD4: a group a row */

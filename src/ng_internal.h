@@ -774,6 +774,20 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16
 #define NG_HALF_MID_FWD_MIN_ROWS_PER_CU 8
 #define NG_HALF_MID_4_MAX 288
+/* The fused add's backward with ds_out (its own kernel) on groups of half a row: 16-bit rows of
+ * 257-NG_HALF_MID_DS_MAX vectors (N = 2056-2304) in calls of more than
+ * NG_HALF_MID_MIN_ROWS_PER_CU rows a unit, on 160 × 2; with dW three groups a unit (NG_ROWS_FEW's
+ * share of NG_ROWS_HALF_MID's four), frozen sixteen a unit, each prefetching its next row, in
+ * place of NG_ROWS_MANY_512's eight without. Both passes take the shape, which fixes dx's bits:
+ * the frozen pass had lost 3-6 % a group a row and on eight a unit, which kept the dW pass's
+ * gain out until the prefetch. H100, rows·N = 2^25, main's binary and this one alternating, two
+ * runs (µs): bf16 2176 with dW 117.8-118.0 -> 104.1-104.2 (0.78 -> 0.88), frozen 108.8-109.8 ->
+ * 105.2-105.3; 2304 114.1-115.1 -> 104.4-105.5, 107.1-108.5 -> 103.8-106.9; f16 2176
+ * 118.2-119.0 -> 103.7-103.9, 108.4-108.6 -> 104.0-105.3; 2304 114.3-115.1 -> 103.7-106.0,
+ * 107.2-107.5 -> 104.1-104.5. Longer rows lost with dW: 2560 bf16 +4.5 % (f16 -2 %), 2816-3584
+ * +13 to +16 % (frozen +2 to +6.5 % at 3072-3584). */
+#define NG_ROWS_HALF_MID_DS ((ng_rows_mode)1 << 32)
+#define NG_HALF_MID_DS_MAX 288
 /* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */
 static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024; }
 static inline ng_rows_mode ng_bwd_mode(bool partials, ng_dtype x_dtype) {

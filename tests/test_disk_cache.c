@@ -836,6 +836,7 @@ static bool listed_opts(const opt_set *s, const ng_opts *o) {
 
 ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
 ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
+ng_status ng_fused_add_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
 
 static void test_prebuild_gpu_shapes(void **state) {
   (void)state;
@@ -911,6 +912,31 @@ static void test_prebuild_gpu_shapes(void **state) {
             fail_msg("op %d, n=%zu, dtype %d, dW %d: '%s' not enumerated", op, n, xi, dw, wg);
         }
   }
+  /* The fused add's backward with ds_out on groups of half a 16-bit row of 257-288 vectors
+   * (NG_ROWS_HALF_MID_DS: 160 × 2, the frozen pass prefetching), with dW and frozen, each
+   * enumerated for both dtypes */
+  set.n = 0;
+  NG_OK(ng_fused_add_rmsnorm_for_each_variant(c, collect_opts, &set));
+  const ng_rows_mode ds_flags = NG_ROWS_ONE | NG_ROWS_1K | NG_ROWS_HALF_MID_DS;
+  for (size_t n = 2056; n <= 8 * NG_HALF_MID_DS_MAX; n += 8)
+    for (int xi = 1; xi < 3; xi++)
+      for (int dw = 0; dw < 2; dw++) {
+        const ng_row_launch l = ng_choose_row_launch(
+            c, (size_t)1 << 20, n, true,
+            ng_bwd_mode(dw, fl[xi]) | ds_flags |
+                (dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512));
+        assert_int_equal(l.wg, 160);
+        assert_int_equal(l.prefetch, true);
+        char key[64];
+        snprintf(key, sizeof key, "-DWG=160 -DREG=2 ");
+        bool found = false;
+        for (int i = 0; i < set.n && !found; i++)
+          found = strstr(set.keys[i], key) && strstr(set.keys[i], "-DHAS_DS=1") &&
+                  strstr(set.keys[i], dw ? "-DCOMPUTE_DW=1" : "-DCOMPUTE_DW=0") &&
+                  strstr(set.keys[i], xi == 1 ? "-DDTYPE=1 " : "-DDTYPE=2 ");
+        if (!found) fail_msg("fused add with ds_out, n=%zu, dtype %d, dW %d: not enumerated", n,
+                             xi, dw);
+      }
   /* RMSNorm's f32 forward rows of 769-1024 vectors take one slot (NG_ROWS_F32_STREAM_1K: the op
    * streams them), its f16 backward rows of more than 1280 vectors one slot (NG_ROWS_F16_1SLOT:
    * the split takes them); the rows either side keep their slots */

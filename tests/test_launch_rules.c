@@ -175,6 +175,48 @@ static void test_half_mid(void **state) {
   ng_context_release(c);
 }
 
+/* The fused add's backward with ds_out (NG_ROWS_HALF_MID_DS, the flags rms_bwd_mode gives it):
+ * 16-bit rows of 257-NG_HALF_MID_DS_MAX vectors on groups of half the row, with dW three a
+ * compute unit, frozen sixteen a unit prefetching; beyond the bound and in calls of at most 16
+ * rows a unit 256 × 2, frozen on NG_ROWS_MANY_512's eight a unit without the prefetch. */
+static void test_half_mid_ds(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const ng_rows_mode common = NG_ROWS_X16 | NG_ROWS_ONE | NG_ROWS_1K | NG_ROWS_HALF_MID_DS;
+  const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_FEW | common;
+  const ng_rows_mode frz = NG_ROWS_BWD_FROZEN | NG_ROWS_MANY | NG_ROWS_MANY_512 | common;
+  const size_t ns[] = {2056, 2176, NG_HALF_MID_DS_MAX * 8, NG_HALF_MID_DS_MAX * 8 + 8, 2560, 3584};
+  for (size_t i = 0; i < NG_ARRAY_LEN(ns); i++) {
+    const size_t n = ns[i], nv = n / 8, rows = ((size_t)1 << 25) / n;
+    const ng_row_launch dw = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw);
+    const ng_row_launch fz = ng_choose_row_launch_k(c, NULL, rows, n, true, frz);
+    const ng_row_launch dw0 = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw & ~common);
+    const size_t half = ((nv + 1) / 2 + 31) / 32 * 32;
+    assert_int_equal(dw.reg_cols, 2);
+    assert_int_equal(fz.wg, dw.wg); /* dx's bits: the same shape frozen */
+    assert_int_equal(fz.reg_cols, 2);
+    if (nv > NG_HALF_MID_DS_MAX) {
+      assert_int_equal(dw.wg, 256);
+      assert_int_equal(dw.groups, dw0.groups);
+      assert_int_equal(fz.groups, 8 * 132);
+      assert_false(fz.prefetch);
+      continue;
+    }
+    assert_int_equal(dw.wg, half);
+    assert_int_equal(dw.groups, 3 * 132);
+    assert_true(dw.prefetch);
+    assert_int_equal(fz.groups, 16 * 132);
+    assert_true(fz.prefetch);
+  }
+  /* calls of at most 16 rows a unit keep 256 × 2 in both passes */
+  for (int frozen = 0; frozen < 2; frozen++) {
+    const ng_rows_mode m = frozen ? frz : bdw;
+    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132, 2176, true, m).wg, 256);
+    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132 + 1, 2176, true, m).wg, 160);
+  }
+  ng_context_release(c);
+}
+
 /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_POLY_F16_3 and a
  * gradient: rows of 257-512 vectors on 3 groups a compute unit without the prefetch; 8 a unit
  * with it otherwise, the frozen pass and shorter rows as before. */
@@ -326,7 +368,7 @@ static void test_other_rules(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
-      cmocka_unit_test(test_half_mid),
+      cmocka_unit_test(test_half_mid), cmocka_unit_test(test_half_mid_ds),
       cmocka_unit_test(test_poly_f16_3),
       cmocka_unit_test(test_other_rules),
   };
