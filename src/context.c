@@ -518,6 +518,16 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * the kernel. */
       prefetch = true;
     }
+    if (poly_db && nv16 && half_mid && nv <= NG_POLY_DB8_MAX && l.wg == fit2_wg &&
+        l.reg_cols == 2) {
+      /* NG_ROWS_POLY_DB on groups of half a row of up to 384 vectors: eight groups a unit
+       * rather than the wave (twelve of 160, ten of 192). H100, rows·N = 2^25, dB alone, the
+       * binaries alternating, two runs: bf16 2176 83.8-84.4 -> 81.4-82.3 us, 2816 83.6-84.7 ->
+       * 79.8-80.4 (0.81 -> 0.86), 3072 83.6-83.8 -> 80.3-80.7; f16 2304 85.0-86.8 -> 82.2-82.9,
+       * 2816 86.1-86.8 -> 81.7-82.8 (0.79 -> 0.83); -1.2 to -4.9 % at 2176-3072 in both dtypes.
+       * Groups of 224 (bf16 3328, 3584) lost 3.8-5.4 %. */
+      g = (size_t)d->compute_units * 8;
+    }
     if ((flags & NG_ROWS_POLY_F16_3) && (poly_dw || poly_db) && nv16 && nv > 256 && nv <= 512 &&
         l.wg == 256) {
       g = (size_t)d->compute_units * 3; /* NG_ROWS_POLY_F16_3 */

@@ -731,8 +731,9 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * - PolyNorm's forward (bf16 NG_ROWS_HALF_MID, f16 NG_ROWS_HALF_MID_384), with its grid of two
  *   rows a group, and its backward (the same flags, every call: a persistent grid, the wave of
  *   2048 work-items a unit), with
- *   dB alone then prefetching the next row (NG_ROWS_POLY_DB) and, for bf16, summing in the
- *   kernel (polynorm.c, chunk_wanted) as with dW.
+ *   dB alone then prefetching the next row (NG_ROWS_POLY_DB; up to NG_POLY_DB8_MAX vectors on
+ *   eight groups a unit) and, for bf16, summing in the kernel (polynorm.c, chunk_wanted) as
+ *   with dW.
  * H100, rows·N = 2^25, the binary before and this one alternating, two runs (µs): RMSNorm bf16
  * with dW 2176 92.2-92.4 -> 82.9-83.6 (0.74 -> 0.82; four a unit under NORMGRAD_TUNE -2.7 %
  * more), 2304 90.0-90.2 -> 82.1-82.3 (and -2.5 %), 2560 87.4-87.7 -> 82.0-82.3 (0.78 -> 0.84;
@@ -774,6 +775,8 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16
 #define NG_HALF_MID_FWD_MIN_ROWS_PER_CU 8
 #define NG_HALF_MID_4_MAX 288
+/* PolyNorm's dB alone on groups of half a row takes eight groups a unit up to this many vectors */
+#define NG_POLY_DB8_MAX 384
 /* The fused add's backward with ds_out (its own kernel) on groups of half a row: 16-bit rows of
  * 257-NG_HALF_MID_DS_MAX vectors (N = 2056-2304) in calls of more than
  * NG_HALF_MID_MIN_ROWS_PER_CU rows a unit, on 160 × 2; with dW three groups a unit (NG_ROWS_FEW's

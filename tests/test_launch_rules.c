@@ -141,8 +141,9 @@ static void test_half_mid(void **state) {
   assert_int_equal(f.groups, 10922 / 2);
   assert_true(f.prefetch);
   /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_HALF_MID: 160 × 2 up
-   * to 320 vectors, 192 × 2 up to 384, 224 × 2 up to 448, on the wave of 2048 work-items a unit;
-   * with dW, with dB alone and with neither the same shape. Both gradients' modes prefetch the
+   * to 320 vectors, 192 × 2 up to 384, 224 × 2 up to 448, on the wave of 2048 work-items a unit
+   * (dB alone up to 384 vectors on eight groups a unit); with dW, with dB alone and with neither
+   * the same shape. Both gradients' modes prefetch the
    * next row, the frozen one does not; beyond 448 vectors (and beyond 384 with f16's
    * NG_ROWS_HALF_MID_384) groups of 256, dB alone without the prefetch. */
   for (int gi = 0; gi < 3; gi++) {
@@ -154,7 +155,9 @@ static void test_half_mid(void **state) {
           ng_choose_row_launch_k(c, NULL, SIZE_MAX, ns[i], true, pb | NG_ROWS_HALF_MID);
       assert_int_equal(b.wg, wgs[i]);
       assert_int_equal(b.reg_cols, 2);
-      assert_int_equal(b.grid, 132 * (2048 / wgs[i]));
+      /* dB alone on eight groups a unit up to 384 vectors (NG_POLY_DB8_MAX) */
+      const bool db8 = gi == 2 && ns[i] / 8 <= NG_POLY_DB8_MAX;
+      assert_int_equal(b.grid, db8 ? 8 * 132 : 132 * (2048 / wgs[i]));
       assert_int_equal(b.prefetch, gi != 0);
     }
     const ng_row_launch b5 =
