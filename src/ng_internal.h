@@ -782,13 +782,13 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * NG_HALF_MID_MIN_ROWS_PER_CU rows a unit, on 160 × 2; with dW three groups a unit (NG_ROWS_FEW's
  * share of NG_ROWS_HALF_MID's four), frozen sixteen a unit, each prefetching its next row, in
  * place of NG_ROWS_MANY_512's eight without. Both passes take the shape, which fixes dx's bits:
- * the frozen pass had lost 3-6 % a group a row and on eight a unit, which kept the dW pass's
- * gain out until the prefetch. H100, rows·N = 2^25, main's binary and this one alternating, two
+ * without the prefetch the frozen pass had lost 3-6 % (a group a row, eight a unit), so the dW
+ * pass's gain waited for it. H100, rows·N = 2^25, main's binary and this one alternating, two
  * runs (µs): bf16 2176 with dW 117.8-118.0 -> 104.1-104.2 (0.78 -> 0.88), frozen 108.8-109.8 ->
  * 105.2-105.3; 2304 114.1-115.1 -> 104.4-105.5, 107.1-108.5 -> 103.8-106.9; f16 2176
  * 118.2-119.0 -> 103.7-103.9, 108.4-108.6 -> 104.0-105.3; 2304 114.3-115.1 -> 103.7-106.0,
  * 107.2-107.5 -> 104.1-104.5. Longer rows lost with dW: 2560 bf16 +4.5 % (f16 -2 %), 2816-3584
- * +13 to +16 % (frozen +2 to +6.5 % at 3072-3584). */
+ * +13 to +16 % (frozen +1.7 to +6.5 % at 3072-3584). */
 #define NG_ROWS_HALF_MID_DS ((ng_rows_mode)1 << 32)
 #define NG_HALF_MID_DS_MAX 288
 /* The row lengths (in 8-wide vectors) NG_ROWS_F32_STREAM_1K takes: 769-1024 */

@@ -299,8 +299,9 @@ static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dty
  * (NG_ROWS_HALF_MID_DS) and 1024 × 1 for 16-bit rows of 513-1024 vectors (NG_ROWS_1K); without
  * ds_out (RMSNorm's kernel) groups of half a row (NG_ROWS_FIT2; 16-bit rows of 257-448 vectors
  * too, NG_ROWS_HALF_MID) and bf16 rows of 1025-2048 vectors without the prefetch
- * (NG_ROWS_DW_NOPF); f32 rows past 768 vectors (with ds_out past 512) and f16 rows past 1024 (without ds_out) go to the split rather than being
- * held (NG_ROWS_F32_1SLOT, NG_ROWS_F16_1SLOT). The variant list asks for the same. */
+ * (NG_ROWS_DW_NOPF); f32 rows past 768 vectors (with ds_out past 512) and f16 rows past 1024
+ * (without ds_out) go to the split rather than being held (NG_ROWS_F32_1SLOT,
+ * NG_ROWS_F16_1SLOT). The variant list asks for the same. */
 static ng_rows_mode rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
   return ng_bwd_mode(compute_dw, xd) | NG_ROWS_ONE |
          (has_ds ? (compute_dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512) | NG_ROWS_1K |
