@@ -834,6 +834,20 @@ static bool listed_opts(const opt_set *s, const ng_opts *o) {
   return false;
 }
 
+/* Whether a listed program has wg × 2 work-items, x dtype xd, COMPUTE_DW = dw and, unless NULL,
+ * the option `also` */
+static bool listed_shape(const opt_set *s, unsigned wg, ng_dtype xd, bool dw, const char *also) {
+  char shape[32], dt[32];
+  snprintf(shape, sizeof shape, "-DWG=%u -DREG=2 ", wg);
+  snprintf(dt, sizeof dt, "-DDTYPE=%d ", (int)xd);
+  for (int i = 0; i < s->n; i++)
+    if (strstr(s->keys[i], shape) && strstr(s->keys[i], dt) &&
+        strstr(s->keys[i], dw ? "-DCOMPUTE_DW=1" : "-DCOMPUTE_DW=0") &&
+        (!also || strstr(s->keys[i], also)))
+      return true;
+  return false;
+}
+
 ng_status ng_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
 ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
 ng_status ng_fused_add_rmsnorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user);
@@ -901,15 +915,8 @@ static void test_prebuild_gpu_shapes(void **state) {
           assert_int_equal(l.wg, fit ? (unsigned)((n / 8 + 1) / 2 + 31) / 32 * 32 : 512);
           assert_int_equal(l.reg_cols, 2);
           if (dw % 2) assert_int_equal(l.groups, fit ? 264 : 132);
-          char wg[32], dt[32];
-          snprintf(wg, sizeof wg, "-DWG=%u -DREG=2 ", l.wg);
-          snprintf(dt, sizeof dt, "-DDTYPE=%d ", (int)fl[xi]);
-          bool found = false;
-          for (int i = 0; i < set.n && !found; i++)
-            found = strstr(set.keys[i], wg) && strstr(set.keys[i], dt) &&
-                    strstr(set.keys[i], dw % 2 ? "-DCOMPUTE_DW=1" : "-DCOMPUTE_DW=0");
-          if (!found)
-            fail_msg("op %d, n=%zu, dtype %d, dW %d: '%s' not enumerated", op, n, xi, dw, wg);
+          if (!listed_shape(&set, l.wg, fl[xi], dw % 2, NULL))
+            fail_msg("op %d, n=%zu, dtype %d, dW %d: %u × 2 not enumerated", op, n, xi, dw, l.wg);
         }
   }
   /* The fused add's backward with ds_out on groups of half a 16-bit row of 257-288 vectors
@@ -927,15 +934,8 @@ static void test_prebuild_gpu_shapes(void **state) {
                 (dw ? NG_ROWS_FEW : NG_ROWS_MANY | NG_ROWS_MANY_512));
         assert_int_equal(l.wg, 160);
         assert_int_equal(l.prefetch, true);
-        char key[64];
-        snprintf(key, sizeof key, "-DWG=160 -DREG=2 ");
-        bool found = false;
-        for (int i = 0; i < set.n && !found; i++)
-          found = strstr(set.keys[i], key) && strstr(set.keys[i], "-DHAS_DS=1") &&
-                  strstr(set.keys[i], dw ? "-DCOMPUTE_DW=1" : "-DCOMPUTE_DW=0") &&
-                  strstr(set.keys[i], xi == 1 ? "-DDTYPE=1 " : "-DDTYPE=2 ");
-        if (!found) fail_msg("fused add with ds_out, n=%zu, dtype %d, dW %d: not enumerated", n,
-                             xi, dw);
+        if (!listed_shape(&set, l.wg, fl[xi], dw, "-DHAS_DS=1"))
+          fail_msg("fused add with ds_out, n=%zu, dtype %d, dW %d: not enumerated", n, xi, dw);
       }
   /* RMSNorm's f32 forward rows of 769-1024 vectors take one slot (NG_ROWS_F32_STREAM_1K: the op
    * streams them), its f16 backward rows of more than 1280 vectors one slot (NG_ROWS_F16_1SLOT:

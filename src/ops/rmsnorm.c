@@ -326,8 +326,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   *bytes = 0;
   if (!compute_dweight) return NG_SUCCESS;
   /* with NG_ROWS_FIT2's two groups a unit and NG_ROWS_HALF_MID's three or four (a call without
-   * ds_out); without NG_ROWS_1K and
-   * NG_ROWS_FEW (with it), whose grids need fewer partial rows */
+   * ds_out); without NG_ROWS_1K and NG_ROWS_FEW (with it), whose grids need fewer partial rows */
   s = ng_partials_scratch_any(ctx, rms_kind(fused, true),
                               NG_ROWS_FIT2 | NG_ROWS_HALF_MID | NG_ROWS_F32_1SLOT,
                               p->rows, p->n, 1, 1, coop_hold(fused, true), coop_x(fused, true),
@@ -587,7 +586,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
            * rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2] the fused
            * add's backward with ds_out */
           const ng_rows_mode mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
-                                     : rms_bwd_mode(pass == 2, false, fl[xi]);
+                                              : rms_bwd_mode(pass == 2, false, fl[xi]);
           const ng_row_launch ls[3] = {
               ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, mode),
               ng_choose_row_launch(ctx, 1, n, aligned != 0, mode),
