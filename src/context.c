@@ -346,7 +346,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_W256 | NG_ROWS_DW_NOPF | NG_ROWS_512X4 | NG_ROWS_FULL1 | NG_ROWS_512X2 |
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
             NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4 | NG_ROWS_HALF_MID |
-            NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384 | NG_ROWS_HALF_MID_DS);
+            NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384 | NG_ROWS_HALF_MID_DS |
+            NG_ROWS_POLY_FZ_960 | NG_ROWS_POLY_FZ_1152);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -518,15 +519,15 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
        * the kernel. */
       prefetch = true;
     }
-    if (poly_db && nv16 && half_mid && nv <= NG_POLY_DB8_MAX && l.wg == fit2_wg &&
-        l.reg_cols == 2) {
-      /* NG_ROWS_POLY_DB on groups of half a row of up to 384 vectors: eight groups a unit
-       * rather than the wave (twelve of 160, ten of 192). H100, rows·N = 2^25, dB alone, the
-       * binaries alternating, two runs: bf16 2176 83.8-84.4 -> 81.4-82.3 us, 2816 83.6-84.7 ->
-       * 79.8-80.4 (0.81 -> 0.86), 3072 83.6-83.8 -> 80.3-80.7; f16 2304 85.0-86.8 -> 82.2-82.9,
-       * 2816 86.1-86.8 -> 81.7-82.8 (0.79 -> 0.83); -1.2 to -4.9 % at 2176-3072 in both dtypes.
-       * Groups of 224 (bf16 3328, 3584) lost 3.8-5.4 %. */
-      g = (size_t)d->compute_units * 8;
+    /* PolyNorm's backward on groups of half a row (NG_POLY_SMALL_GRID_MAX, ng_internal.h): with
+     * a gradient eight groups a unit, both frozen one resident wave (its dtype's work-items) */
+    const size_t fz_items = (flags & NG_ROWS_POLY_FZ_960)    ? 960
+                            : (flags & NG_ROWS_POLY_FZ_1152) ? 1152
+                                                             : 0;
+    if (mode == NG_ROWS_POLY_BWD && nv16 && half_mid && nv <= NG_POLY_SMALL_GRID_MAX &&
+        l.wg == fit2_wg && l.reg_cols == 2) {
+      if (poly_dw || poly_db) g = (size_t)d->compute_units * 8;
+      else if (fz_items) g = (size_t)d->compute_units * (fz_items / l.wg);
     }
     if ((flags & NG_ROWS_POLY_F16_3) && (poly_dw || poly_db) && nv16 && nv > 256 && nv <= 512 &&
         l.wg == 256) {

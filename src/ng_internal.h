@@ -731,9 +731,9 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * - PolyNorm's forward (bf16 NG_ROWS_HALF_MID, f16 NG_ROWS_HALF_MID_384), with its grid of two
  *   rows a group, and its backward (the same flags, every call: a persistent grid, the wave of
  *   2048 work-items a unit), with
- *   dB alone then prefetching the next row (NG_ROWS_POLY_DB; up to NG_POLY_DB8_MAX vectors on
- *   eight groups a unit) and, for bf16, summing in the kernel (polynorm.c, chunk_wanted) as
- *   with dW.
+ *   dB alone then prefetching the next row (NG_ROWS_POLY_DB) and, for bf16, summing in the
+ *   kernel (polynorm.c, chunk_wanted) as with dW; up to NG_POLY_SMALL_GRID_MAX vectors a smaller
+ *   grid than the wave (below).
  * H100, rows·N = 2^25, the binary before and this one alternating, two runs (µs): RMSNorm bf16
  * with dW 2176 92.2-92.4 -> 82.9-83.6 (0.74 -> 0.82; four a unit under NORMGRAD_TUNE -2.7 %
  * more), 2304 90.0-90.2 -> 82.1-82.3 (and -2.5 %), 2560 87.4-87.7 -> 82.0-82.3 (0.78 -> 0.84;
@@ -775,8 +775,20 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16
 #define NG_HALF_MID_FWD_MIN_ROWS_PER_CU 8
 #define NG_HALF_MID_4_MAX 288
-/* PolyNorm's dB alone on groups of half a row takes eight groups a unit up to this many vectors */
-#define NG_POLY_DB8_MAX 384
+/* PolyNorm's backward on groups of half a row takes a smaller grid than the wave of 2048
+ * work-items a unit up to this many vectors (N = 2056-3072): with a gradient (NG_ROWS_POLY_DW,
+ * NG_ROWS_POLY_DB) eight groups a unit; with both parameters frozen NG_ROWS_POLY_FZ_960 (bf16)
+ * or NG_ROWS_POLY_FZ_1152 (f16) work-items a unit, which the scans under NORMGRAD_TUNE suggest
+ * is what the frozen kernel holds at once (bf16 six groups of 160, five of 192; f16 seven and
+ * six): a grid of one group a unit more lost 8-18 %, as a second round of groups would. H100, rows·N = 2^25, the binaries
+ * alternating, two runs (µs): with dW bf16 2304 82.3-82.7 -> 80.3-81.0, 2816 83.7-84.1 -> 80.4
+ * (0.82 -> 0.85-0.86), f16 2816 86.6-87.5 -> 82.1-83.0 (0.79-0.80 -> 0.83-0.84), 3072
+ * 83.1-84.2 -> 80.1-80.8, -0.5 to -5.1 % at 2176-3072 in both dtypes (1000 rows even); dB alone
+ * bf16 2816 83.6-84.7 -> 79.8-80.4 (0.81 -> 0.86), f16 2816 86.1-86.8 -> 81.7-82.8, -1.2 to
+ * -4.9 % at 2176-3072; eight groups of 224 (bf16 3328, 3584) lost 3.8-5.4 % with dB alone. */
+#define NG_POLY_SMALL_GRID_MAX 384
+#define NG_ROWS_POLY_FZ_960 ((ng_rows_mode)1 << 33)
+#define NG_ROWS_POLY_FZ_1152 ((ng_rows_mode)1 << 34)
 /* The fused add's backward with ds_out (its own kernel) on groups of half a row: 16-bit rows of
  * 257-NG_HALF_MID_DS_MAX vectors (N = 2056-2304) in calls of more than
  * NG_HALF_MID_MIN_ROWS_PER_CU rows a unit, on 160 × 2; with dW three groups a unit (NG_ROWS_FEW's

@@ -141,23 +141,26 @@ static void test_half_mid(void **state) {
   assert_int_equal(f.groups, 10922 / 2);
   assert_true(f.prefetch);
   /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_HALF_MID: 160 × 2 up
-   * to 320 vectors, 192 × 2 up to 384, 224 × 2 up to 448, on the wave of 2048 work-items a unit
-   * (dB alone up to 384 vectors on eight groups a unit); with dW, with dB alone and with neither
-   * the same shape. Both gradients' modes prefetch the next row, the frozen one does not; beyond
-   * 448 vectors (and beyond 384 with f16's NG_ROWS_HALF_MID_384) groups of 256, dB alone without
-   * the prefetch. */
+   * to 320 vectors, 192 × 2 up to 384, 224 × 2 up to 448; with dW, with dB alone and with neither
+   * the same shape. Up to 384 vectors (NG_POLY_SMALL_GRID_MAX) with a gradient on eight groups a
+   * unit, both frozen on 960 work-items a unit (bf16's NG_ROWS_POLY_FZ_960; f16's 1152 below),
+   * beyond on the wave of 2048. Both gradients' modes prefetch the next row, the frozen one does
+   * not; beyond 448 vectors (and beyond 384 with f16's NG_ROWS_HALF_MID_384) groups of 256, dB
+   * alone without the prefetch. */
   for (int gi = 0; gi < 3; gi++) {
-    const ng_rows_mode pb = NG_ROWS_POLY_BWD | NG_ROWS_X16 |
-                            (gi == 1 ? NG_ROWS_POLY_DW : gi == 2 ? NG_ROWS_POLY_DB : 0);
+    const ng_rows_mode pb =
+        NG_ROWS_POLY_BWD | NG_ROWS_X16 |
+        (gi == 1 ? NG_ROWS_POLY_DW : gi == 2 ? NG_ROWS_POLY_DB : NG_ROWS_POLY_FZ_960);
     const size_t ns[] = {2560, 3072, 3584}, wgs[] = {160, 192, 224};
+    const size_t grids[3][3] = {{6 * 132, 5 * 132, 9 * 132}, /* 960 / wg a unit, then the wave */
+                                {8 * 132, 8 * 132, 9 * 132},
+                                {8 * 132, 8 * 132, 9 * 132}};
     for (size_t i = 0; i < NG_ARRAY_LEN(ns); i++) {
       const ng_row_launch b =
           ng_choose_row_launch_k(c, NULL, SIZE_MAX, ns[i], true, pb | NG_ROWS_HALF_MID);
       assert_int_equal(b.wg, wgs[i]);
       assert_int_equal(b.reg_cols, 2);
-      /* dB alone on eight groups a unit up to 384 vectors (NG_POLY_DB8_MAX) */
-      const bool db8 = gi == 2 && ns[i] / 8 <= NG_POLY_DB8_MAX;
-      assert_int_equal(b.grid, db8 ? 8 * 132 : 132 * (2048 / wgs[i]));
+      assert_int_equal(b.grid, grids[gi][i]);
       assert_int_equal(b.prefetch, gi != 0);
     }
     const ng_row_launch b5 =
@@ -169,6 +172,28 @@ static void test_half_mid(void **state) {
     /* NG_ROWS_HALF_MID_320 stops at 320 vectors */
     assert_int_equal(
         ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID_320).wg, 256);
+  }
+  /* f16's both-frozen grid: 1152 work-items a unit (seven groups of 160, six of 192); without
+   * either flag, the wave */
+  const ng_rows_mode pz = NG_ROWS_POLY_BWD | NG_ROWS_X16 | NG_ROWS_HALF_MID_384;
+  assert_int_equal(
+      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz | NG_ROWS_POLY_FZ_1152).grid, 7 * 132);
+  assert_int_equal(
+      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pz | NG_ROWS_POLY_FZ_1152).grid, 6 * 132);
+  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz).grid, 12 * 132);
+  /* The scratch query holds the partials of each gradient's own grid, although the frozen grid,
+   * once the largest, is now smaller than the gradients' eight a unit */
+  for (size_t n = 2056; n <= 3072; n += 504) {
+    const ng_polynorm_params pp = {((size_t)1 << 25) / n, n, 1e-6f};
+    for (int gi = 1; gi < 3; gi++) {
+      const ng_row_launch b = ng_choose_row_launch_k(
+          c, "polynorm", SIZE_MAX, n, true,
+          NG_ROWS_POLY_BWD | NG_ROWS_X16 | NG_ROWS_HALF_MID |
+              (gi == 1 ? NG_ROWS_POLY_DW : NG_ROWS_POLY_DB));
+      size_t bytes = 0;
+      NG_OK(ng_polynorm_backward_scratch_size(c, &pp, gi == 1, gi == 2, &bytes));
+      assert_true(bytes >= (size_t)b.groups * 4 * (gi == 1 ? 3 : 1));
+    }
   }
   /* ... in calls of more than 8 rows a compute unit */
   assert_int_equal(ng_choose_row_launch_k(c, NULL, 8 * 132, 3072, true, pf | NG_ROWS_HALF_MID).wg,

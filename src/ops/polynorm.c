@@ -173,17 +173,17 @@ static ng_rows_mode fwd_mode(ng_dtype xd) {
 
 /* The backward's launch mode (NG_ROWS_POLY_DW with dweight, NG_ROWS_POLY_DB with dbias alone;
  * NG_ROWS_POLY_F16_3 for f16 rows with either; groups of half a row, half_mid, whatever the
- * gradients: the shape fixes dx's bits). */
+ * gradients: the shape fixes dx's bits; with neither, the grid of NG_ROWS_POLY_FZ_960 / 1152). */
 static ng_rows_mode bwd_mode(ng_dtype xd, bool dw, bool db) {
+  const ng_rows_mode fz = xd == NG_BF16 ? NG_ROWS_POLY_FZ_960 : NG_ROWS_POLY_FZ_1152;
   return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) | half_mid(xd) |
-         (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : 0) |
+         (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : fz) |
          (xd == NG_F16 && (dw || db) ? NG_ROWS_POLY_F16_3 : 0);
 }
 
 /* The row launch of the forward (bwd false) or of the backward (with dweight: dw; dbias: db) and
- * its scratch query (the group count, which sizes the partials, depends on neither alignment nor
- * the gradients, except that NG_ROWS_POLY_F16_3 lowers it for f16 rows with a gradient: the
- * query takes the larger of the f32 and bf16 launches without gradients). */
+ * its scratch query (the group count sizes the partials; it depends on the dtype, the alignment
+ * and the gradients, so the query takes the largest of the call's gradients' launches). */
 static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, bool vec_ok,
                             bool bwd, bool dw, bool db, ng_dtype xd) {
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
@@ -258,16 +258,23 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   size_t count;
   ng_status s = ng_check_rows(p->rows, p->n, &count);
   if (s != NG_SUCCESS) return s;
+  const bool dw = compute_dweight != 0, db = compute_dbias != 0;
+  /* the grid depends on x's dtype and alignment, which the query is not told (16-bit rows of
+   * 257-448 vectors take narrower groups, NG_ROWS_HALF_MID): the largest of the six */
+  static const ng_dtype xds[] = {NG_F32, NG_F16, NG_BF16};
+  size_t groups = 0;
+  for (int aligned = 0; aligned < 2; aligned++)
+    for (size_t i = 0; i < NG_ARRAY_LEN(xds); i++) {
+      const ng_row_launch lx = launch(ctx, p, aligned != 0, true, dw, db, xds[i]);
+      if (lx.groups > groups) groups = lx.groups;
+    }
+  *bytes = groups * 4 * ((dw ? 3 : 0) + (db ? 1 : 0));
   const ng_row_launch l = launch(ctx, p, true, true, false, false, NG_F32);
-  /* bf16 rows of 257-448 vectors take narrower groups, more of them (NG_ROWS_HALF_MID) */
-  const ng_row_launch l16 = launch(ctx, p, true, true, false, false, NG_BF16);
-  const size_t groups = l16.groups > l.groups ? l16.groups : l.groups;
-  *bytes = groups * 4 * ((compute_dweight ? 3 : 0) + (compute_dbias ? 1 : 0));
   ng_coop c; /* rows may be split across groups instead: bf16's plan has the most sets (f16 rows
               * take it, f32 rows more slices of the same launch) */
   size_t b = 0;
   if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, true, &c))
-    s = coop_scratch(&c, compute_dweight != 0, compute_dbias != 0, &b);
+    s = coop_scratch(&c, dw, db, &b);
   if (b > *bytes) *bytes = b;
   return s;
 }
