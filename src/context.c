@@ -529,6 +529,15 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       if (poly_dw || poly_db) g = (size_t)d->compute_units * 8;
       else if (fz_items) g = (size_t)d->compute_units * (fz_items / l.wg);
     }
+    /* PolyNorm's backward with dW, rows of 449-512 vectors (bf16 N = 3592-4096; f16's take
+     * NG_ROWS_POLY_F16_3 below) on 256 × 2: six groups a unit rather than the wave's eight.
+     * H100, bf16, the binaries alternating, four runs: 8192 rows of 4096 82.1-83.6 -> 80.4-81.2
+     * us (0.83-0.84 -> 0.85), 9039 of 3712 84.3-85.1 -> 80.8-81.6, 12000 of 4096 115.1-116.0 ->
+     * 111.0-112.3, 1000 of 4096 23.7-24.7 -> 21.8-22.7, 4096 of 4096 even (48.4-49.2 ->
+     * 48.8-49.2). In the scan before, five and seven a unit were even, four +6 %; dB alone lost on
+     * five to seven a unit (+1.9 to +15 %), both frozen too (+2.7 to +17 %). */
+    if (poly_dw && nv16 && nv > NG_HALF_MID_MAX && nv <= 512 && l.wg == 256 && l.reg_cols == 2)
+      g = (size_t)d->compute_units * 6;
     if ((flags & NG_ROWS_POLY_F16_3) && (poly_dw || poly_db) && nv16 && nv > 256 && nv <= 512 &&
         l.wg == 256) {
       g = (size_t)d->compute_units * 3; /* NG_ROWS_POLY_F16_3 */

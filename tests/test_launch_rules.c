@@ -246,7 +246,8 @@ static void test_half_mid_ds(void **state) {
 
 /* PolyNorm's backward (a persistent grid: rows = SIZE_MAX) with NG_ROWS_POLY_F16_3 and a
  * gradient: rows of 257-512 vectors on 3 groups a compute unit without the prefetch; 8 a unit
- * with it otherwise, the frozen pass and shorter rows as before. */
+ * with it otherwise (bf16's dW 6 a unit past 448 vectors), the frozen pass and shorter rows as
+ * before. */
 static void test_poly_f16_3(void **state) {
   (void)state;
   ng_context *c = h100();
@@ -263,9 +264,15 @@ static void test_poly_f16_3(void **state) {
       const ng_row_launch o =
           ng_choose_row_launch_k(c, NULL, SIZE_MAX, taken[i], true, base | grads[g]);
       assert_int_equal(o.wg, 256);
-      assert_int_equal(o.groups, 8 * 132);
+      const bool six = grads[g] == NG_ROWS_POLY_DW && taken[i] / 8 > NG_HALF_MID_MAX;
+      assert_int_equal(o.groups, (six ? 6 : 8) * 132);
       if (grads[g] == NG_ROWS_POLY_DW) assert_true(o.prefetch);
     }
+  /* bf16's dW on six a unit from 449 vectors */
+  assert_int_equal(
+      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, base | NG_ROWS_POLY_DW).groups, 8 * 132);
+  assert_int_equal(
+      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3592, true, base | NG_ROWS_POLY_DW).groups, 6 * 132);
   /* the frozen pass (no gradient flag) and rows of at most 256 vectors keep their launch */
   const struct {
     size_t n;
