@@ -175,7 +175,9 @@ static ng_rows_mode fwd_mode(ng_dtype xd) {
  * NG_ROWS_POLY_F16_3 for f16 rows with either; groups of half a row, half_mid, whatever the
  * gradients: the shape fixes dx's bits; with neither, the grid of NG_ROWS_POLY_FZ_960 / 1152). */
 static ng_rows_mode bwd_mode(ng_dtype xd, bool dw, bool db) {
-  const ng_rows_mode fz = xd == NG_BF16 ? NG_ROWS_POLY_FZ_960 : NG_ROWS_POLY_FZ_1152;
+  const ng_rows_mode fz = xd == NG_BF16  ? NG_ROWS_POLY_FZ_960
+                          : xd == NG_F16 ? NG_ROWS_POLY_FZ_1152
+                                         : 0;
   return NG_ROWS_POLY_BWD | (xd == NG_F32 ? 0 : NG_ROWS_X16) | half_mid(xd) |
          (dw ? NG_ROWS_POLY_DW : db ? NG_ROWS_POLY_DB : fz) |
          (xd == NG_F16 && (dw || db) ? NG_ROWS_POLY_F16_3 : 0);
