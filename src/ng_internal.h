@@ -775,17 +775,17 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
 #define NG_HALF_MID_MIN_ROWS_PER_CU 16
 #define NG_HALF_MID_FWD_MIN_ROWS_PER_CU 8
 #define NG_HALF_MID_4_MAX 288
-/* PolyNorm's backward on groups of half a row takes a smaller grid than the wave of 2048
- * work-items a unit up to this many vectors (N = 2056-3072): with a gradient (NG_ROWS_POLY_DW,
- * NG_ROWS_POLY_DB) eight groups a unit; with both parameters frozen NG_ROWS_POLY_FZ_960 (bf16)
- * or NG_ROWS_POLY_FZ_1152 (f16) work-items a unit, which the scans under NORMGRAD_TUNE suggest
- * is what the frozen kernel holds at once (bf16 six groups of 160, five of 192; f16 seven and
- * six): a grid of one group a unit more lost 8-18 %, as a second round of groups would. H100, rows·N = 2^25, the binaries
- * alternating, two runs (µs): with dW bf16 2304 82.3-82.7 -> 80.3-81.0, 2816 83.7-84.1 -> 80.4
- * (0.82 -> 0.85-0.86), f16 2816 86.6-87.5 -> 82.1-83.0 (0.79-0.80 -> 0.83-0.84), 3072
+/* PolyNorm's backward on groups of half a row takes a smaller grid than the wave of 2048 work-items
+ * a unit up to this many vectors (N = 2056-3072): with a gradient (NG_ROWS_POLY_DW,
+ * NG_ROWS_POLY_DB) eight groups a unit; with both parameters frozen NG_ROWS_POLY_FZ_960 (bf16) or
+ * NG_ROWS_POLY_FZ_1152 (f16) work-items a unit, which the scans under NORMGRAD_TUNE suggest is what
+ * the frozen kernel holds at once (bf16 six groups of 160, five of 192; f16 seven and six): a grid
+ * of one group a unit more lost 8-18 %, as a second round of groups would. H100, rows·N = 2^25, the
+ * binaries alternating, two runs (µs): with dW bf16 2304 82.3-82.7 -> 80.3-81.0, 2816 83.7-84.1 ->
+ * 80.4 (0.82 -> 0.85-0.86), f16 2816 86.6-87.5 -> 82.1-83.0 (0.79-0.80 -> 0.83-0.84), 3072
  * 83.1-84.2 -> 80.1-80.8, -0.5 to -5.1 % at 2176-3072 in both dtypes (1000 rows even); dB alone
- * bf16 2816 83.6-84.7 -> 79.8-80.4 (0.81 -> 0.86), f16 2816 86.1-86.8 -> 81.7-82.8, -1.2 to
- * -4.9 % at 2176-3072; eight groups of 224 (bf16 3328, 3584) lost 3.8-5.4 % with dB alone. */
+ * bf16 2816 83.6-84.7 -> 79.8-80.4 (0.81 -> 0.86), f16 2816 86.1-86.8 -> 81.7-82.8, -1.2 to -4.9 %
+ * at 2176-3072; eight groups of 224 (bf16 3328, 3584) lost 3.8-5.4 % with dB alone. */
 #define NG_POLY_SMALL_GRID_MAX 384
 #define NG_ROWS_POLY_FZ_960 ((ng_rows_mode)1 << 33)
 #define NG_ROWS_POLY_FZ_1152 ((ng_rows_mode)1 << 34)

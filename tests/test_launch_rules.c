@@ -176,10 +176,9 @@ static void test_half_mid(void **state) {
   /* f16's both-frozen grid: 1152 work-items a unit (seven groups of 160, six of 192); without
    * either flag, the wave */
   const ng_rows_mode pz = NG_ROWS_POLY_BWD | NG_ROWS_X16 | NG_ROWS_HALF_MID_384;
-  assert_int_equal(
-      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz | NG_ROWS_POLY_FZ_1152).grid, 7 * 132);
-  assert_int_equal(
-      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pz | NG_ROWS_POLY_FZ_1152).grid, 6 * 132);
+  const ng_rows_mode pz16 = pz | NG_ROWS_POLY_FZ_1152;
+  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz16).grid, 7 * 132);
+  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pz16).grid, 6 * 132);
   assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz).grid, 12 * 132);
   /* The scratch query holds the partials of each gradient's own grid, although the frozen grid,
    * once the largest, is now smaller than the gradients' eight a unit */
@@ -269,10 +268,9 @@ static void test_poly_f16_3(void **state) {
       if (grads[g] == NG_ROWS_POLY_DW) assert_true(o.prefetch);
     }
   /* bf16's dW on six a unit from 449 vectors */
-  assert_int_equal(
-      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, base | NG_ROWS_POLY_DW).groups, 8 * 132);
-  assert_int_equal(
-      ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3592, true, base | NG_ROWS_POLY_DW).groups, 6 * 132);
+  const ng_rows_mode bdw = base | NG_ROWS_POLY_DW;
+  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, bdw).groups, 8 * 132);
+  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3592, true, bdw).groups, 6 * 132);
   /* the frozen pass (no gradient flag) and rows of at most 256 vectors keep their launch */
   const struct {
     size_t n;
