@@ -477,6 +477,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   l.nv_shfl = d->nv_shfl && l.wg % 32 == 0;
   l.nv_bf16 = d->nv_bf16;
   const bool in_regs = nv <= (size_t)l.wg * l.reg_cols;
+  /* groups of half a row as the rule gave them (no override of the shape); they hold the row,
+   * since 2 · fit2_wg >= nv */
+  const bool half_held = half_mid && l.wg == fit2_wg && l.reg_cols == 2;
   size_t g;
   bool prefetch = false;
   if (cpu) {
@@ -524,8 +527,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     const size_t fz_items = (flags & NG_ROWS_POLY_FZ_960)    ? 960
                             : (flags & NG_ROWS_POLY_FZ_1152) ? 1152
                                                              : 0;
-    if (mode == NG_ROWS_POLY_BWD && nv16 && half_mid && nv <= NG_POLY_SMALL_GRID_MAX &&
-        l.wg == fit2_wg && l.reg_cols == 2) {
+    if (mode == NG_ROWS_POLY_BWD && nv16 && half_held && nv <= NG_POLY_SMALL_GRID_MAX) {
       if (poly_dw || poly_db) g = (size_t)d->compute_units * 8;
       else if (fz_items) g = (size_t)d->compute_units * (fz_items / l.wg);
     }
@@ -585,8 +587,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
       g = (size_t)d->compute_units * 8; /* NG_ROWS_MANY_512 */
       prefetch = false;
     }
-    if ((flags & NG_ROWS_HALF_MID_DS) && mode == NG_ROWS_BWD_FROZEN && half_mid &&
-        l.wg == fit2_wg && l.reg_cols == 2 && in_regs) {
+    if ((flags & NG_ROWS_HALF_MID_DS) && mode == NG_ROWS_BWD_FROZEN && half_held) {
       g = (size_t)d->compute_units * 16; /* NG_ROWS_HALF_MID_DS, in place of NG_ROWS_MANY_512 */
       prefetch = true;
     }
@@ -610,7 +611,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     prefetch = !(dw_nopf && l.wg == 512 && l.reg_cols == 4 && in_regs); /* NG_ROWS_DW_NOPF */
     size_t per = in_regs ? dw_groups_per_cu(l.wg, l.reg_cols) : 1;
     if (fit2 && l.wg == fit2_wg && l.reg_cols == 2 && in_regs) per = 2; /* NG_ROWS_FIT2 */
-    if (half_mid && l.wg == fit2_wg && l.reg_cols == 2 && in_regs) /* NG_ROWS_HALF_MID */
+    if (half_held) /* NG_ROWS_HALF_MID */
       per = (flags & NG_ROWS_HALF_MID) && nv <= NG_HALF_MID_4_MAX ? 4 : 3;
     if (few && d->nv_shfl) per = (3 * per + 3) / 4; /* NG_ROWS_FEW, measured on NVIDIA */
     g = (size_t)d->compute_units * per;
