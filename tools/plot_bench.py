@@ -10,7 +10,14 @@ frozen setting, with the device's copy bandwidth as a line), or print them as ta
 Several files are read as one. --median keeps one row per cell (implementation, op, pass,
 shape, dtype, frozen settings) where repeated sweeps give several: the run with the median time
 (the faster of the two middle ones for an even count), so the plots and the CSV show the
-median of the sweeps, as the README's tables do.
+median of the sweeps, as the README's tables do. --fastest-peers FILE ... adds the peers' lines
+of other runs (their normgrad lines are left out) and keeps, per peer and cell, the fastest
+time of every run given: the peers' Triton timings move from run to run, and the README sets
+normgrad against the fastest of them.
+
+    tools/plot_bench.py --summary --median docs/perf/h100_88eb26f_{1,2,3}.jsonl \
+        --fastest-peers docs/perf/h100_88eb26f_peers.jsonl docs/perf/h100_170f046_peers.jsonl \
+        docs/perf/h100_c9560ee.jsonl
 
 normgrad has no "both" pass of its own: its forward + backward is derived as the sum of the two
 medians (bytes added too), marked `derived` in the CSV (not for flce, whose backward is already
@@ -44,6 +51,9 @@ def load(path):
             problems.append({"error": "not JSON: " + line[:200]})
             continue
         r.setdefault("impl", "normgrad")
+        if r.get("op") == "groupnorm" and r.get("groups") is None and "rows" in r:
+            # lines from before the field (c9560ee): the CLI's default then, 32 or 1
+            r["groups"] = 32 if r["rows"] % 32 == 0 else 1
         if r.get("ds_out") == 0:  # the fused add's backward without ds_out: its own op here
             r["op"] += "/no-ds"
         if "error" in r or "skipped" in r or "gbps" not in r:
@@ -65,6 +75,17 @@ def median_rows(rows):
         rs.sort(key=lambda r: r["median_ms"])
         out.append(rs[(len(rs) - 1) // 2])
     return out
+
+
+def fastest_rows(rows):
+    """One row per cell: the run with the fastest time."""
+    cells = {}
+    for r in rows:
+        k = (r["impl"], r["op"], r["pass"], r["rows"], r["hidden"], r.get("dtype"),
+             bool(r.get("frozen")), bool(r.get("frozen_bias")), r.get("groups"))
+        if k not in cells or r["median_ms"] < cells[k]["median_ms"]:
+            cells[k] = r
+    return list(cells.values())
 
 
 def add_derived_both(rows):
@@ -121,6 +142,7 @@ def summary(rows, problems):
     print("normgrad's speedup (peer ms / normgrad ms, same bytes):")
     print(f"{'op':23} {'pass':9} {'N':>6} {'frozen':6} {'normgrad ms':>11} {'best peer':>14} "
           f"{'peer ms':>9} {'speedup':>8} {'vs eager':>8}")
+    least = {}
     for k in sorted(groups):
         g = groups[k]
         ng = g.get("normgrad")
@@ -135,6 +157,13 @@ def summary(rows, problems):
             ve = f"{eager['median_ms'] / ng['median_ms']:7.2f}x"
         print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {str(k[3]):6} {ng['median_ms']:11.4f} "
               f"{best['impl']:>14} {best['median_ms']:9.4f} {sp:7.2f}x {ve:>8}")
+        for p in (ng["pass"], "any"):
+            if p in ("any", "both") and (p not in least or sp < least[p][0]):
+                least[p] = (sp, f"{k[0]} {ng['pass']} N={k[2]}" + (" frozen" if k[3] else "")
+                            + f", beside {best['impl']}")
+    for p, what in (("any", "every pass"), ("both", "forward + backward")):
+        if p in least:
+            print(f"least speedup, {what}: {least[p][0]:.2f}x ({least[p][1]})")
 
 
 def main():
@@ -145,13 +174,24 @@ def main():
     ap.add_argument("--prefix", default="bench")
     ap.add_argument("--summary", action="store_true", help="print tables instead of files")
     ap.add_argument("--median", action="store_true", help="one row per cell: the median run")
+    ap.add_argument("--fastest-peers", nargs="+", default=[], metavar="JSONL",
+                    help="more runs' peer lines; each peer keeps its fastest time per cell")
     a = ap.parse_args()
     rows, problems = [], []
     for path in a.jsonl:
         r, p = load(path)
         rows += r
         problems += p
-    if a.median:
+    more = []
+    for path in a.fastest_peers:
+        r, p = load(path)
+        more += [x for x in r if x["impl"] != "normgrad"]
+        problems += [x for x in p if x.get("impl", "normgrad") != "normgrad"]
+    if a.fastest_peers:
+        peers = [r for r in rows if r["impl"] != "normgrad"] + more
+        rows = [r for r in rows if r["impl"] == "normgrad"]
+        rows = (median_rows(rows) if a.median else rows) + fastest_rows(peers)
+    elif a.median:
         rows = median_rows(rows)
     rows = add_derived_both(rows)
     if a.summary:
