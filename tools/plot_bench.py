@@ -19,6 +19,9 @@ normgrad against the fastest of them.
         --fastest-peers docs/perf/h100_88eb26f_peers.jsonl docs/perf/h100_170f046_peers.jsonl \
         docs/perf/h100_c9560ee.jsonl
 
+tests/cli/plot_bench.sh checks those choices (medians, fastest peers, the derived "both" rows,
+the least speedups) on made-up lines.
+
 normgrad has no "both" pass of its own: its forward + backward is derived as the sum of the two
 medians (bytes added too), marked `derived` in the CSV (not for flce, whose backward is already
 the whole fused pass, as the peers' flce backward is). --summary prints every line, then
