@@ -66,13 +66,17 @@ def load(path):
     return rows, problems
 
 
+def cell_key(r):
+    """A cell of one implementation: op, pass, shape, dtype and frozen settings."""
+    return (r["impl"], r["op"], r["pass"], r["rows"], r["hidden"], r.get("dtype"),
+            bool(r.get("frozen")), bool(r.get("frozen_bias")), r.get("groups"))
+
+
 def median_rows(rows):
     """One row per cell: the run whose time is the median of the cell's runs."""
     cells = defaultdict(list)
     for r in rows:
-        k = (r["impl"], r["op"], r["pass"], r["rows"], r["hidden"], r.get("dtype"),
-             bool(r.get("frozen")), bool(r.get("frozen_bias")), r.get("groups"))
-        cells[k].append(r)
+        cells[cell_key(r)].append(r)
     out = []
     for rs in cells.values():
         rs.sort(key=lambda r: r["median_ms"])
@@ -84,8 +88,7 @@ def fastest_rows(rows):
     """One row per cell: the run with the fastest time."""
     cells = {}
     for r in rows:
-        k = (r["impl"], r["op"], r["pass"], r["rows"], r["hidden"], r.get("dtype"),
-             bool(r.get("frozen")), bool(r.get("frozen_bias")), r.get("groups"))
+        k = cell_key(r)
         if k not in cells or r["median_ms"] < cells[k]["median_ms"]:
             cells[k] = r
     return list(cells.values())
@@ -160,10 +163,10 @@ def summary(rows, problems):
             ve = f"{eager['median_ms'] / ng['median_ms']:7.2f}x"
         print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {str(k[3]):6} {ng['median_ms']:11.4f} "
               f"{best['impl']:>14} {best['median_ms']:9.4f} {sp:7.2f}x {ve:>8}")
-        for p in (ng["pass"], "any"):
-            if p in ("any", "both") and (p not in least or sp < least[p][0]):
-                least[p] = (sp, f"{k[0]} {ng['pass']} N={k[2]}" + (" frozen" if k[3] else "")
-                            + f", beside {best['impl']}")
+        where = f"{k[0]} {ng['pass']} N={k[2]}" + (" frozen" if k[3] else "")
+        for p in ("any", "both") if ng["pass"] == "both" else ("any",):
+            if p not in least or sp < least[p][0]:
+                least[p] = (sp, f"{where}, beside {best['impl']}")
     for p, what in (("any", "every pass"), ("both", "forward + backward")):
         if p in least:
             print(f"least speedup, {what}: {least[p][0]:.2f}x ({least[p][1]})")
