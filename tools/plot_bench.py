@@ -26,7 +26,8 @@ normgrad has no "both" pass of its own: its forward + backward is derived as the
 medians (bytes added too), marked `derived` in the CSV (not for flce, whose backward is already
 the whole fused pass, as the peers' flce backward is). --summary prints every line, then
 normgrad's speedup over the best peer (peer ms / normgrad ms; the bytes are the same) for each
-(op, pass, N, frozen), and over PyTorch eager. The CSV is always written; the PNGs need
+cell (op, pass, N, rows, dtype, GroupNorm's groups and what is frozen: True is the weight, "all"
+the weight and bias, as in LoRA), and over PyTorch eager. The CSV is always written; the PNGs need
 matplotlib (it says so where it is missing)."""
 import argparse
 import csv
@@ -99,13 +100,14 @@ def add_derived_both(rows):
     by = {}
     for r in rows:
         if r["impl"] == "normgrad":
-            by[(r["op"], r["hidden"], r["rows"], r["dtype"], r["pass"], bool(r.get("frozen")))] = r
+            by[(r["op"], r["hidden"], r["rows"], r["dtype"], r.get("groups"), r["pass"],
+                frozen_label(r))] = r
     out = []
-    for (op, n, rr, dt, p, fr), b in by.items():
+    for (op, n, rr, dt, g, p, fr), b in by.items():
         # flce's backward is already the fused loss + gradients pass
         if p != "backward" or op == "flce":
             continue
-        f = by.get((op, n, rr, dt, "forward", False))
+        f = by.get((op, n, rr, dt, g, "forward", "False"))
         if f is None:
             continue
         ms = f["median_ms"] + b["median_ms"]
@@ -122,8 +124,22 @@ def add_derived_both(rows):
     return rows + out
 
 
+def frozen_label(r):
+    """What a line freezes: False, True (the weight), "all" (weight and bias) or "bias"."""
+    if r.get("frozen_bias"):
+        return "all" if r.get("frozen") else "bias"
+    return str(bool(r.get("frozen")))
+
+
 def key(r):
-    return (r["op"], PASS_ORDER.get(r["pass"], 9), r["hidden"], bool(r.get("frozen")))
+    """A cell across implementations: a peer meets normgrad only on the same shape and settings."""
+    g = r.get("groups")
+    return (r["op"], PASS_ORDER.get(r["pass"], 9), r["hidden"], frozen_label(r), r["rows"],
+            r.get("dtype") or "", -1 if g is None else g)
+
+
+FROZEN_WHERE = {"False": "", "True": " frozen", "all": " all frozen", "bias": " bias frozen"}
+FROZEN_PLOT = {"False": "", "True": " (frozen)", "all": " (all frozen)", "bias": " (bias frozen)"}
 
 
 def summary(rows, problems):
@@ -131,7 +147,7 @@ def summary(rows, problems):
           f"{'copy':>7} {'ratio':>6} {'same':>6}")
     for r in sorted(rows, key=lambda r: key(r) + (r["impl"],)):
         print(f"{r['impl']:14} {r['op']:23} {r['pass']:9} {r['hidden']:>6} "
-              f"{str(bool(r.get('frozen'))):6} {r['median_ms']:9.4f} {r['gbps']:8.1f} "
+              f"{frozen_label(r):6} {r['median_ms']:9.4f} {r['gbps']:8.1f} "
               f"{r['copy_gbps']:7.0f} {r['ratio']:6.3f} "
               + (f"{r['ratio_same']:6.3f}" if "ratio_same" in r else f"{'':6}")
               + ("  (fwd+bwd sum)" if r.get("derived") else ""))
@@ -161,9 +177,9 @@ def summary(rows, problems):
         ve = ""
         if eager and ng["median_ms"] > 0:
             ve = f"{eager['median_ms'] / ng['median_ms']:7.2f}x"
-        print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {str(k[3]):6} {ng['median_ms']:11.4f} "
+        print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {k[3]:6} {ng['median_ms']:11.4f} "
               f"{best['impl']:>14} {best['median_ms']:9.4f} {sp:7.2f}x {ve:>8}")
-        where = f"{k[0]} {ng['pass']} N={k[2]}" + (" frozen" if k[3] else "")
+        where = f"{k[0]} {ng['pass']} N={k[2]}" + FROZEN_WHERE[k[3]]
         for p in ("any", "both") if ng["pass"] == "both" else ("any",):
             if p not in least or sp < least[p][0]:
                 least[p] = (sp, f"{where}, beside {best['impl']}")
@@ -225,16 +241,16 @@ def main():
         fig, ax = plt.subplots(figsize=(8.6, 4.2))
         series = defaultdict(list)
         for r in rs:
-            fr = bool(r.get("frozen")) and pass_ != "forward"
+            fr = frozen_label(r) if pass_ != "forward" else "False"
             label = r["impl"] + (" (fwd+bwd sum)" if r.get("derived") else "")
-            series[(r["impl"], fr, label + (" (frozen)" if fr else ""))].append(
-                (r["hidden"], r["gbps"]))
+            series[(r["impl"], fr, label + FROZEN_PLOT[fr])].append((r["hidden"], r["gbps"]))
         impls = sorted({k[0] for k in series}, key=lambda i: (i != "normgrad", i))
         colour = {i: f"C{n % 10}" for n, i in enumerate(impls)}
         for (impl, fr, label), pts in sorted(series.items()):
             pts.sort()
             # one colour per implementation, its frozen run dashed
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if fr else "-", marker="o",
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-" if fr == "False" else "--",
+                    marker="o",
                     color=colour[impl], label=label)
         copies = sorted(r["copy_gbps"] for r in rs)
         copy = copies[len(copies) // 2]

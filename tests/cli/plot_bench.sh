@@ -2,22 +2,24 @@
 # tools/plot_bench.py --summary on made-up sweep lines: --median keeps normgrad's median run,
 # --fastest-peers pools other runs' peer lines (not their normgrad lines) and keeps each peer's
 # fastest time per cell, GroupNorm lines from before the "groups" field meet the newer lines of
-# the same cell, and the summary ends with the least speedups. It checks the script, never a
-# speed. Usage: plot_bench.sh [normgrad-cli] (the CLI is not used).
+# the same cell, a peer meets normgrad only in the same frozen setting and dtype, and the summary
+# ends with the least speedups. It checks the script, never a speed. Usage: plot_bench.sh [normgrad-cli] (the CLI is not used).
 set -u
 PB="$(dirname "$0")/../../tools/plot_bench.py"
 . "$(dirname "$0")/common.bash"
 ng_cli_test_setup plot_bench
 
-# line IMPL OP PASS FROZEN MS [GROUPS]: one timed JSON line (rows 64, N 1024, bf16); GROUPS "-"
-# leaves the field out, as sweeps before it did
+# line IMPL OP PASS FROZEN MS [GROUPS [DTYPE]]: one timed JSON line (rows 64, N 1024, bf16 unless
+# DTYPE); FROZEN 0, 1 (the weight) or 2 (the weight and bias); GROUPS "-" leaves the field out, as
+# sweeps before it did
 line() {
   python3 - "$@" <<'PY'
 import json, sys
 impl, op, pas, frozen, ms = sys.argv[1:6]
-r = {"op": op, "pass": pas, "rows": 64, "hidden": 1024, "dtype": "bf16",
-     "frozen": frozen == "1", "frozen_bias": False, "bytes": 1000000, "median_ms": float(ms),
-     "gbps": 1.0 / float(ms), "copy_gbps": 2.0, "ratio": 0.5 / float(ms)}
+r = {"op": op, "pass": pas, "rows": 64, "hidden": 1024,
+     "dtype": sys.argv[7] if len(sys.argv) > 7 else "bf16",
+     "frozen": frozen != "0", "frozen_bias": frozen == "2", "bytes": 1000000,
+     "median_ms": float(ms), "gbps": 1.0 / float(ms), "copy_gbps": 2.0, "ratio": 0.5 / float(ms)}
 if impl != "normgrad":
     r["impl"] = impl
 if len(sys.argv) > 6 and sys.argv[6] != "-":
@@ -32,6 +34,8 @@ for ms in "1.0 2.4" "1.2 2.0" "1.1 2.2"; do
   { line normgrad rmsnorm forward 0 "$1"; line normgrad rmsnorm backward 0 "$2"; } >>"$T/sweeps.jsonl"
 done
 line normgrad rmsnorm backward 1 1.5 >>"$T/sweeps.jsonl"
+line normgrad rmsnorm backward 2 1.3 >>"$T/sweeps.jsonl"
+line normgrad layernorm forward 0 0.5 - f16 >>"$T/sweeps.jsonl"
 line normgrad groupnorm forward 0 1.0 32 >>"$T/sweeps.jsonl"
 # run A: peers and a normgrad line of its own, which --fastest-peers must leave out
 {
@@ -41,6 +45,10 @@ line normgrad groupnorm forward 0 1.0 32 >>"$T/sweeps.jsonl"
   line torch-eager rmsnorm both 0 13.0
   line liger rmsnorm forward 0 3.3
   line torch-eager groupnorm forward 0 4.0 32
+  line torch-eager rmsnorm backward 1 6.0
+  line torch-eager rmsnorm backward 2 2.73
+  line torch-eager layernorm forward 0 4.5 - f16
+  line liger layernorm forward 0 1.0
 } >"$T/a.jsonl"
 # run B: a faster Liger forward, a torch.compile forward + backward, an old GroupNorm line
 {
@@ -57,6 +65,11 @@ sp() { awk -v op="$1" -v p="$2" -v f="$3" '$1 == op && $2 == p && $4 == f { prin
 # normgrad's forward + backward is the sum of its medians, 3.3 ms
 [ "$(sp rmsnorm both False)" = "torch-compile 2.20x" ] || fail "both: $(sp rmsnorm both False)"
 [ "$(sp groupnorm forward False)" = "torch-eager 3.00x" ] || fail "groupnorm: $(sp groupnorm forward False)"
+# the weight frozen and every parameter frozen are cells of their own (until 2026-11-28 a peer's
+# both-frozen line met normgrad's weight-frozen one and hid it), and so are dtypes
+[ "$(sp rmsnorm backward True)" = "torch-eager 4.00x" ] || fail "frozen: $(sp rmsnorm backward True)"
+[ "$(sp rmsnorm backward all)" = "torch-eager 2.10x" ] || fail "all frozen: $(sp rmsnorm backward all)"
+[ "$(sp layernorm forward False)" = "torch-eager 9.00x" ] || fail "f16: $(sp layernorm forward False)"
 has "least speedup, every pass: 2.00x (rmsnorm forward N=1024, beside liger)" out
 has "least speedup, forward + backward: 2.20x (rmsnorm both N=1024, beside torch-compile)" out
 
@@ -71,20 +84,29 @@ expect 0 python3 "$PB" --median "$T/sweeps.jsonl" --fastest-peers "$T/a.jsonl" "
 python3 - "$T/plots/t.csv" <<'PY' || fail "CSV"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-got = sorted((r["impl"], r["op"], r["pass"], r["frozen"], r["median_ms"]) for r in rows)
+got = sorted((r["impl"], r["op"], r["pass"], r["dtype"], r["frozen"] + "/" + r["frozen_bias"],
+              r["median_ms"]) for r in rows)
+no, w, wb = "False/False", "True/False", "True/True"
 want = sorted([
-    ("normgrad", "rmsnorm", "forward", "False", "1.1"),
-    ("normgrad", "rmsnorm", "backward", "False", "2.2"),
-    ("normgrad", "rmsnorm", "backward", "True", "1.5"),
-    ("normgrad", "rmsnorm", "both", "False", "3.3000000000000003"),
-    ("normgrad", "rmsnorm", "both", "True", "2.6"),
-    ("normgrad", "groupnorm", "forward", "False", "1.0"),
-    ("liger", "rmsnorm", "forward", "False", "2.2"),
-    ("torch-eager", "rmsnorm", "forward", "False", "5.0"),
-    ("torch-eager", "rmsnorm", "backward", "False", "8.0"),
-    ("torch-eager", "rmsnorm", "both", "False", "13.0"),
-    ("torch-compile", "rmsnorm", "both", "False", "7.26"),
-    ("torch-eager", "groupnorm", "forward", "False", "3.0"),
+    ("normgrad", "rmsnorm", "forward", "bf16", no, "1.1"),
+    ("normgrad", "layernorm", "forward", "f16", no, "0.5"),
+    ("normgrad", "rmsnorm", "backward", "bf16", no, "2.2"),
+    ("normgrad", "rmsnorm", "backward", "bf16", w, "1.5"),
+    ("normgrad", "rmsnorm", "backward", "bf16", wb, "1.3"),
+    ("normgrad", "rmsnorm", "both", "bf16", no, "3.3000000000000003"),
+    ("normgrad", "rmsnorm", "both", "bf16", w, "2.6"),
+    ("normgrad", "rmsnorm", "both", "bf16", wb, "2.4000000000000004"),
+    ("normgrad", "groupnorm", "forward", "bf16", no, "1.0"),
+    ("liger", "rmsnorm", "forward", "bf16", no, "2.2"),
+    ("torch-eager", "rmsnorm", "forward", "bf16", no, "5.0"),
+    ("torch-eager", "layernorm", "forward", "f16", no, "4.5"),
+    ("liger", "layernorm", "forward", "bf16", no, "1.0"),
+    ("torch-eager", "rmsnorm", "backward", "bf16", no, "8.0"),
+    ("torch-eager", "rmsnorm", "backward", "bf16", w, "6.0"),
+    ("torch-eager", "rmsnorm", "backward", "bf16", wb, "2.73"),
+    ("torch-eager", "rmsnorm", "both", "bf16", no, "13.0"),
+    ("torch-compile", "rmsnorm", "both", "bf16", no, "7.26"),
+    ("torch-eager", "groupnorm", "forward", "bf16", no, "3.0"),
 ])
 assert got == want, got
 PY
