@@ -7,20 +7,23 @@
 # (op, pass, N, frozen), where "both" = forward + backward (for normgrad the sum of its two
 # passes).
 #   tools/bench_sweep.sh [--cli PATH] [--ops "rmsnorm layernorm" | all] [--ns "1024 4096"]
-#                        [--dtype bf16] [--total N] [--out FILE] [--device SEL]
-#                        [--frozen weight|all] [--no-torch] [--torch-device auto|cuda|cpu]
+#                        [--dtype "bf16 f16" | all] [--total N] [--out FILE] [--device SEL]
+#                        [--frozen weight|all|weight,all] [--no-torch]
+#                        [--torch-device auto|cuda|cpu]
 #                        [--torch-impls eager,compile,liger] [--torch-passes forward,backward,both]
 #                        [--liger-path DIR] [--torch-ns "1024 16384"] [--flce-rows R]
 #                        [--flce-ns "4096"] [--vocab V] [--gn-block E] [--no-ds-out]
 # --ops all = the five norm ops; flce runs only when named, at --flce-rows × each of --flce-ns with
-# --vocab classes. --frozen weight (default) freezes the weight alone in the frozen backward; all
-# freezes the bias too (both sides get the same flags). --gn-block E gives GroupNorm (rows =
-# channels of one sample) groups of max(1, E/N) channels, blocks of max(E, N) elements, instead of
-# the CLI's 32 groups (many groups, as in a diffusion U-Net; the peers get the same G); E and N
-# powers of two. --no-ds-out times the fused add's backward without ds_out (the last layer's; its
-# rows carry "ds_out": 0 and plot_bench.py lists them as fused-add-rmsnorm/no-ds) and runs no
-# peers for it: PyTorch's autograd always returns the residual's gradient, so no peer does the
-# same work. --torch-impls defaults to
+# --vocab classes. --dtype takes a list (spaces or commas; all = bf16 f16 f32, default bf16).
+# --frozen weight (default) freezes the weight alone in the frozen backward; all freezes the bias
+# too (both sides get the same flags), as LoRA does; weight,all runs both frozen backwards, except
+# for RMSNorm and the fused add, which have no bias (their one frozen backward is both).
+# --gn-block E gives GroupNorm (rows = channels of one sample) groups of max(1, E/N) channels,
+# blocks of max(E, N) elements, instead of the CLI's 32 groups (many groups, as in a diffusion
+# U-Net; the peers get the same G); E and N powers of two. --no-ds-out times the fused add's
+# backward without ds_out (the last layer's; its rows carry "ds_out": 0 and plot_bench.py lists
+# them as fused-add-rmsnorm/no-ds) and runs no peers for it: PyTorch's autograd always returns the
+# residual's gradient, so no peer does the same work. --torch-impls defaults to
 # eager,compile,liger on CUDA and eager on a CPU; --torch-ns runs the norm ops' peers at those N
 # only (each peer process costs seconds of start-up and torch.compile time). A run that fails
 # leaves an "error" line (the table shows it) and the sweep goes on; the exit status is then 1.
@@ -46,11 +49,34 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$ops" = all ] && ops=$all_ops
-case "$frozen" in
-  weight) freeze_flags="--freeze-weight" ;;
-  all) freeze_flags="--freeze-weight --freeze-bias" ;;
-  *) echo "bench_sweep: --frozen is weight or all" >&2; exit 2 ;;
-esac
+dtype=${dtype//,/ }
+[ "$dtype" = all ] && dtype="bf16 f16 f32"
+for dt in $dtype; do
+  case "$dt" in
+    bf16|f16|f32) ;;
+    *) echo "bench_sweep: --dtype takes bf16, f16, f32 or all" >&2; exit 2 ;;
+  esac
+done
+[ -n "${dtype// /}" ] || { echo "bench_sweep: --dtype is empty" >&2; exit 2; }
+frozen=${frozen//,/ }
+for fr in $frozen; do
+  case "$fr" in
+    weight|all) ;;
+    *) echo "bench_sweep: --frozen takes weight, all or weight,all" >&2; exit 2 ;;
+  esac
+done
+[ -n "${frozen// /}" ] || { echo "bench_sweep: --frozen is empty" >&2; exit 2; }
+# freeze_flags SETTING: the CLI's flags of one frozen setting
+freeze_flags() {
+  if [ "$1" = all ]; then echo "--freeze-weight --freeze-bias"; else echo "--freeze-weight"; fi
+}
+# frozen_for OP: the frozen settings OP runs (an op without a bias runs its frozen backward once)
+frozen_for() {
+  case "$1" in
+    rmsnorm|fused-add-rmsnorm) set -- $frozen; [ $# -gt 1 ] && echo weight || echo "$1" ;;
+    *) echo "$frozen" ;;
+  esac
+}
 here=$(cd "$(dirname "$0")" && pwd)
 devopt=()
 [ -n "$device" ] && devopt=(--device "$device")
@@ -80,12 +106,14 @@ fi
 failed=0
 err=$(mktemp) tmp=$(mktemp)
 trap 'rm -f "$err" "$tmp"' EXIT
-# errline IMPL OP ROWS N PASS FROZEN MESSAGE: one JSON error line on stdout
+# errline IMPL OP ROWS N DTYPE PASS FROZEN MESSAGE: one JSON error line on stdout; FROZEN is 0,
+# weight or all
 errline() {
   python3 -c 'import json, sys
-i, op, r, n, p, f, msg = sys.argv[1:]
-print(json.dumps({"impl": i, "op": op, "rows": int(r), "hidden": int(n), "pass": p,
-                  "frozen": f == "1", "error": msg.strip() or "failed with no message"}))' "$@"
+i, op, r, n, dt, p, f, msg = sys.argv[1:]
+print(json.dumps({"impl": i, "op": op, "rows": int(r), "hidden": int(n), "dtype": dt, "pass": p,
+                  "frozen": f != "0", "frozen_bias": f == "all",
+                  "error": msg.strip() or "failed with no message"}))' "$@"
 }
 : > "$out"
 for op in $ops; do
@@ -93,6 +121,8 @@ for op in $ops; do
   [ "$op" = flce ] && op_ns=$flce_ns
   extra=()
   [ "$op" = flce ] && extra=(--vocab "$vocab")
+  op_frozen=$(frozen_for "$op")
+  for dt in $dtype; do
   for n in $op_ns; do
     if [ "$op" = flce ]; then rows=$flce_rows; else rows=$((total / n)); fi
     gopt=()
@@ -100,30 +130,32 @@ for op in $ops; do
       cpg=$((gn_block / n)); [ "$cpg" -ge 1 ] || cpg=1
       gopt=(--groups $((rows / cpg)))
     fi
-    for pass in forward backward; do
-      for fr in 0 1; do
-        [ "$pass" = forward ] && [ "$fr" = 1 ] && continue
-        flags=()
-        [ "$fr" = 1 ] && flags=($freeze_flags)
-        [ "$no_ds" = 1 ] && [ "$op" = fused-add-rmsnorm ] && [ "$pass" = backward ] &&
-          flags+=(--no-ds-out)
-        if "$cli" bench "$op" --rows "$rows" --hidden "$n" --dtype "$dtype" --pass "$pass" \
-             "${flags[@]}" "${extra[@]}" "${gopt[@]}" "${devopt[@]}" --json > "$tmp" 2> "$err"; then
-          cat "$tmp" >> "$out"
-        else
-          failed=1
-          errline normgrad "$op" "$rows" "$n" "$pass" "$fr" "$(tail -n 1 "$err")" >> "$out"
-        fi
-      done
+    # forward, backward, then one frozen backward per setting
+    for run in forward backward $(for f in $op_frozen; do echo "frozen:$f"; done); do
+      pass=${run%%:*} flags=() fr=0
+      if [ "${run#frozen:}" != "$run" ]; then
+        pass=backward fr=${run#frozen:}
+        read -r -a flags <<<"$(freeze_flags "$fr")"
+      fi
+      [ "$no_ds" = 1 ] && [ "$op" = fused-add-rmsnorm ] && [ "$pass" = backward ] &&
+        flags+=(--no-ds-out)
+      if "$cli" bench "$op" --rows "$rows" --hidden "$n" --dtype "$dt" --pass "$pass" \
+           "${flags[@]}" "${extra[@]}" "${gopt[@]}" "${devopt[@]}" --json > "$tmp" 2> "$err"; then
+        cat "$tmp" >> "$out"
+      else
+        failed=1
+        errline normgrad "$op" "$rows" "$n" "$dt" "$pass" "$fr" "$(tail -n 1 "$err")" >> "$out"
+      fi
     done
     [ "$torch" = 1 ] || continue
     [ "$no_ds" = 1 ] && [ "$op" = fused-add-rmsnorm ] && continue
     if [ "$op" != flce ] && [ -n "$torch_ns" ]; then
       case " $torch_ns " in *" $n "*) ;; *) continue ;; esac
     fi
-    # one process per (op, N): the trained passes, then the frozen backward ones
-    if python3 "$here/bench_torch.py" --op "$op" --rows "$rows" --hidden "$n" --dtype "$dtype" \
-         --device "$tdev" --impls "$timpls" --pass "$tpasses" --with-frozen "$frozen" \
+    # one process per (op, dtype, N): the trained passes, then the frozen backward ones
+    wf=$(echo $op_frozen | tr ' ' ,)
+    if python3 "$here/bench_torch.py" --op "$op" --rows "$rows" --hidden "$n" --dtype "$dt" \
+         --device "$tdev" --impls "$timpls" --pass "$tpasses" --with-frozen "$wf" \
          "${extra[@]}" "${gopt[@]}" "${ligeropt[@]}" > "$tmp" 2> "$err"; then
       cat "$tmp" >> "$out"
     else
@@ -131,8 +163,9 @@ for op in $ops; do
       cat "$tmp" >> "$out"
       # the peer script prints its own error lines; a crash leaves none
       grep -q '"error"' "$tmp" ||
-        errline peers "$op" "$rows" "$n" "$tpasses" 0 "$(tail -n 1 "$err")" >> "$out"
+        errline peers "$op" "$rows" "$n" "$dt" "$tpasses" 0 "$(tail -n 1 "$err")" >> "$out"
     fi
+  done
   done
 done
 python3 "$here/plot_bench.py" --summary "$out"

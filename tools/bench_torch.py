@@ -3,16 +3,18 @@
 autograd as users run it, by PyTorch eager, torch.compile and Liger-Kernel's Triton kernels.
 
     tools/bench_torch.py --op rmsnorm --rows 8192 --hidden 4096 --dtype bf16 \
-        [--freeze-weight] [--freeze-bias] [--with-frozen weight|all] [--device cuda|cpu] \
+        [--freeze-weight] [--freeze-bias] [--with-frozen weight|all|weight,all] \
+        [--device cuda|cpu] \
         [--impls eager,compile,liger] [--pass forward,backward,both] [--liger-path DIR]
 
 Ops: rmsnorm, fused-add-rmsnorm, layernorm, groupnorm (rows = channels, hidden = spatial size,
 --batch samples, default 1, groups as the CLI picks them), polynorm, flce (--vocab). Prints one
 JSON object per (impl, pass, frozen setting) with the fields of `normgrad-cli bench --json`:
 impl, op, pass, rows, hidden, dtype, frozen, frozen_bias, bytes, median_ms, min_ms, max_ms, reps,
-gbps, copy_gbps, ratio, device (plus the torch and liger versions; groupnorm's batch and groups). `bytes` is counted exactly as the CLI counts
-it for the same op, pass and frozen flags (every input read once, every output written once;
-weights counted as f32, as the CLI's are), so GB/s compare. An impl that cannot run here
+gbps, copy_gbps, ratio, device (plus the torch and liger versions; groupnorm's batch and
+groups). `bytes` is counted exactly as the CLI counts it for the same op, pass and frozen flags
+(every input read once, every output written once; weights counted as f32, as the CLI's are), so
+GB/s compare. An impl that cannot run here
 prints a `skipped` line saying why; one that fails prints an `error` line; neither stops the
 others. Exit status: 0 when every impl ran or was skipped, 1 when any printed an error, 2 on bad
 usage.
@@ -20,11 +22,12 @@ usage.
 Passes: `forward` (timed alone, with autograd recording, as in training), `backward` (timed
 alone, over the graph of one forward with retain_graph; grads of the inputs and, unless frozen,
 of weight/bias), `both` (one forward plus its backward, timed together; bytes = forward's +
-backward's). --with-frozen runs the backward passes a second time with the weight (all: and the
-bias) frozen, in the same process. For `flce` the CLI's "backward" is the fused pass that also
-computes the loss, so the peers' flce `backward` times forward+backward together (and `forward`
-is the loss with no gradient wanted); its peers' weight is in the activation dtype by default
-(a bf16 GEMM, as in training; the bytes still count it as the CLI's f32 weight), plus `tflops`.
+backward's). --with-frozen runs the backward passes again with the weight (all: and the bias)
+frozen, in the same process; weight,all runs them with each. For `flce` the CLI's "backward" is
+the fused pass that also computes the loss, so the peers' flce `backward` times
+forward+backward together (and `forward` is the loss with no gradient wanted); its peers' weight
+is in the activation dtype by default (a bf16 GEMM, as in training; the bytes still count it as
+the CLI's f32 weight), plus `tflops`.
 
 Timing: on cuda, CUDA events around each repetition, L2 flushed (256 MiB written) before each;
 on cpu, time.perf_counter wall clock with torch using every core, caches flushed (128 MiB
@@ -351,8 +354,9 @@ def main():
                     help="default f32 (as the CLI's bench); flce: the activation dtype")
     ap.add_argument("--freeze-weight", action="store_true")
     ap.add_argument("--freeze-bias", action="store_true")
-    ap.add_argument("--with-frozen", choices=["weight", "all"],
-                    help="also run the backward passes with the weight (all: and bias) frozen")
+    ap.add_argument("--with-frozen", default="",
+                    help="also run the backward passes with the weight (all: and bias) frozen; "
+                         "a comma list runs each (weight,all)")
     ap.add_argument("--groups", type=int, default=0, help="groupnorm groups (default as the CLI)")
     ap.add_argument("--batch", type=int, default=1,
                     help="groupnorm samples: x = [batch, rows, hidden] (as the CLI's --batch)")
@@ -368,6 +372,10 @@ def main():
     ap.add_argument("--reps", type=int, default=0,
                     help="most repetitions (default 200 cuda, 50 cpu)")
     a = ap.parse_args()
+    with_frozen = [f for f in a.with_frozen.split(",") if f]
+    for f in with_frozen:
+        if f not in ("weight", "all"):
+            ap.error(f"--with-frozen takes weight, all or both as a comma list, not '{f}'")
     a.weight_dtype = a.weight_dtype or (a.dtype if a.op == "flce" else "f32")
     passes = ["forward", "backward", "both"] if a.passes == "all" else a.passes.split(",")
     for p in passes:
@@ -422,10 +430,10 @@ def main():
     # (freeze weight, freeze bias, passes) of each run in this process; --with-frozen adds the
     # frozen one (its forward is the same as the trained one's, so it is not run again)
     settings = [(a.freeze_weight, a.freeze_bias, passes)]
-    if a.with_frozen and not (a.freeze_weight or a.freeze_bias):
-        fpasses = [p for p in passes if p != "forward"]
-        if fpasses:
-            settings.append((True, a.with_frozen == "all", fpasses))
+    fpasses = [p for p in passes if p != "forward"]
+    if fpasses and not (a.freeze_weight or a.freeze_bias):
+        for f in dict.fromkeys(with_frozen):
+            settings.append((True, f == "all", fpasses))
     liger_state = {}
     failed = False
     for fw, fb, ps in settings:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turn the JSON lines of tools/bench_sweep.sh (normgrad-cli bench and tools/bench_torch.py) into
-a CSV and PNG plots (GB/s against N, one figure per op and pass, one line per implementation and
-frozen setting, with the device's copy bandwidth as a line), or print them as tables.
+a CSV and PNG plots (GB/s against N, one figure per op and pass, one line per implementation,
+dtype and frozen setting, with the device's copy bandwidth as a line), or print them as tables.
 
     tools/plot_bench.py bench.jsonl [more.jsonl ...] --out-dir docs/perf [--title "H100, bf16"]
                         [--prefix bench] [--median]
@@ -140,30 +140,30 @@ def key(r):
 
 FROZEN_WHERE = {"False": "", "True": " frozen", "all": " all frozen", "bias": " bias frozen"}
 FROZEN_PLOT = {"False": "", "True": " (frozen)", "all": " (all frozen)", "bias": " (bias frozen)"}
+FROZEN_LINE = {"False": "-", "True": "--", "all": "-.", "bias": "--"}
 
 
 def summary(rows, problems):
-    print(f"{'impl':14} {'op':23} {'pass':9} {'N':>6} {'frozen':6} {'ms':>9} {'GB/s':>8} "
-          f"{'copy':>7} {'ratio':>6} {'same':>6}")
+    print(f"{'impl':14} {'op':23} {'pass':9} {'N':>6} {'dtype':5} {'frozen':6} {'ms':>9} "
+          f"{'GB/s':>8} {'copy':>7} {'ratio':>6} {'same':>6}")
     for r in sorted(rows, key=lambda r: key(r) + (r["impl"],)):
         print(f"{r['impl']:14} {r['op']:23} {r['pass']:9} {r['hidden']:>6} "
-              f"{frozen_label(r):6} {r['median_ms']:9.4f} {r['gbps']:8.1f} "
-              f"{r['copy_gbps']:7.0f} {r['ratio']:6.3f} "
+              f"{r.get('dtype') or '':5} {frozen_label(r):6} {r['median_ms']:9.4f} "
+              f"{r['gbps']:8.1f} {r['copy_gbps']:7.0f} {r['ratio']:6.3f} "
               + (f"{r['ratio_same']:6.3f}" if "ratio_same" in r else f"{'':6}")
               + ("  (fwd+bwd sum)" if r.get("derived") else ""))
     for p in problems:
         what = "ERROR" if "error" in p else "skipped"
-        where = " ".join(str(p.get(k, "")) for k in ("impl", "op", "pass", "hidden") if k in p)
-        if "frozen" in p:
-            where += " frozen" if p["frozen"] else ""
+        where = " ".join(str(p[k]) for k in ("impl", "op", "pass", "hidden", "dtype") if k in p)
+        where += FROZEN_WHERE[frozen_label(p)]
         print(f"{what}: {where}: {p.get('error', p.get('skipped', ''))}")
     groups = defaultdict(dict)
     for r in rows:
         groups[key(r)][r["impl"]] = r
     print()
     print("normgrad's speedup (peer ms / normgrad ms, same bytes):")
-    print(f"{'op':23} {'pass':9} {'N':>6} {'frozen':6} {'normgrad ms':>11} {'best peer':>14} "
-          f"{'peer ms':>9} {'speedup':>8} {'vs eager':>8}")
+    print(f"{'op':23} {'pass':9} {'N':>6} {'dtype':5} {'frozen':6} {'normgrad ms':>11} "
+          f"{'best peer':>14} {'peer ms':>9} {'speedup':>8} {'vs eager':>8}")
     least = {}
     for k in sorted(groups):
         g = groups[k]
@@ -177,9 +177,9 @@ def summary(rows, problems):
         ve = ""
         if eager and ng["median_ms"] > 0:
             ve = f"{eager['median_ms'] / ng['median_ms']:7.2f}x"
-        print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {k[3]:6} {ng['median_ms']:11.4f} "
+        print(f"{k[0]:23} {ng['pass']:9} {k[2]:>6} {k[5]:5} {k[3]:6} {ng['median_ms']:11.4f} "
               f"{best['impl']:>14} {best['median_ms']:9.4f} {sp:7.2f}x {ve:>8}")
-        where = f"{k[0]} {ng['pass']} N={k[2]}" + FROZEN_WHERE[k[3]]
+        where = f"{k[0]} {ng['pass']} N={k[2]} {k[5]}" + FROZEN_WHERE[k[3]]
         for p in ("any", "both") if ng["pass"] == "both" else ("any",):
             if p not in least or sp < least[p][0]:
                 least[p] = (sp, f"{where}, beside {best['impl']}")
@@ -240,18 +240,21 @@ def main():
     for (op, pass_), rs in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(8.6, 4.2))
         series = defaultdict(list)
+        dtypes = sorted({r.get("dtype") or "" for r in rs})
         for r in rs:
             fr = frozen_label(r) if pass_ != "forward" else "False"
-            label = r["impl"] + (" (fwd+bwd sum)" if r.get("derived") else "")
-            series[(r["impl"], fr, label + FROZEN_PLOT[fr])].append((r["hidden"], r["gbps"]))
+            dt = r.get("dtype") or ""
+            label = r["impl"] + (f" {dt}" if len(dtypes) > 1 else "")
+            label += (" (fwd+bwd sum)" if r.get("derived") else "") + FROZEN_PLOT[fr]
+            series[(r["impl"], dt, fr, label)].append((r["hidden"], r["gbps"]))
         impls = sorted({k[0] for k in series}, key=lambda i: (i != "normgrad", i))
         colour = {i: f"C{n % 10}" for n, i in enumerate(impls)}
-        for (impl, fr, label), pts in sorted(series.items()):
+        marks = {d: "osd^v"[n % 5] for n, d in enumerate(dtypes)}
+        for (impl, dt, fr, label), pts in sorted(series.items()):
             pts.sort()
-            # one colour per implementation, its frozen run dashed
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-" if fr == "False" else "--",
-                    marker="o",
-                    color=colour[impl], label=label)
+            # one colour per implementation, a marker per dtype, frozen runs dashed
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], FROZEN_LINE[fr],
+                    marker=marks[dt], color=colour[impl], label=label)
         copies = sorted(r["copy_gbps"] for r in rs)
         copy = copies[len(copies) // 2]
         ax.axhline(copy, color="gray", linestyle=":", label=f"copy {copy:.0f} GB/s")

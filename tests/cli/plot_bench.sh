@@ -3,7 +3,8 @@
 # --fastest-peers pools other runs' peer lines (not their normgrad lines) and keeps each peer's
 # fastest time per cell, GroupNorm lines from before the "groups" field meet the newer lines of
 # the same cell, a peer meets normgrad only in the same frozen setting and dtype, and the summary
-# ends with the least speedups. It checks the script, never a speed. Usage: plot_bench.sh [normgrad-cli] (the CLI is not used).
+# ends with the least speedups. It checks the script, never a speed.
+# Usage: plot_bench.sh [normgrad-cli] (the CLI is not used).
 set -u
 PB="$(dirname "$0")/../../tools/plot_bench.py"
 . "$(dirname "$0")/common.bash"
@@ -58,8 +59,8 @@ line normgrad groupnorm forward 0 1.0 32 >>"$T/sweeps.jsonl"
 } >"$T/b.jsonl"
 
 expect 0 python3 "$PB" --summary --median "$T/sweeps.jsonl" --fastest-peers "$T/a.jsonl" "$T/b.jsonl"
-# column 6: the best peer, column 8: the speedup
-sp() { awk -v op="$1" -v p="$2" -v f="$3" '$1 == op && $2 == p && $4 == f { print $6, $8 }' "$T/out"; }
+# column 5: the frozen setting, column 7: the best peer, column 9: the speedup
+sp() { awk -v op="$1" -v p="$2" -v f="$3" '$1 == op && $2 == p && $5 == f { print $7, $9 }' "$T/out"; }
 [ "$(sp rmsnorm forward False)" = "liger 2.00x" ] || fail "forward: $(sp rmsnorm forward False)"
 [ "$(sp rmsnorm backward False)" = "torch-eager 3.64x" ] || fail "backward: $(sp rmsnorm backward False)"
 # normgrad's forward + backward is the sum of its medians, 3.3 ms
@@ -70,8 +71,8 @@ sp() { awk -v op="$1" -v p="$2" -v f="$3" '$1 == op && $2 == p && $4 == f { prin
 [ "$(sp rmsnorm backward True)" = "torch-eager 4.00x" ] || fail "frozen: $(sp rmsnorm backward True)"
 [ "$(sp rmsnorm backward all)" = "torch-eager 2.10x" ] || fail "all frozen: $(sp rmsnorm backward all)"
 [ "$(sp layernorm forward False)" = "torch-eager 9.00x" ] || fail "f16: $(sp layernorm forward False)"
-has "least speedup, every pass: 2.00x (rmsnorm forward N=1024, beside liger)" out
-has "least speedup, forward + backward: 2.20x (rmsnorm both N=1024, beside torch-compile)" out
+has "least speedup, every pass: 2.00x (rmsnorm forward N=1024 bf16, beside liger)" out
+has "least speedup, forward + backward: 2.20x (rmsnorm both N=1024 bf16, beside torch-compile)" out
 
 # without --fastest-peers every file is one more run: run A's normgrad line joins the median
 # (0.1, 1.0, 1.1, 1.2: the faster middle one, 1.0) and its peers are the only ones
