@@ -541,6 +541,30 @@ static void test_round_trip(void **state) {
   assert_int_equal(dir_entries(out_dir, NULL, 0), 1);
   cli_tensors_free(&back);
   cli_tensors_free(&ts);
+
+  /* empty tensors with dimensions of 16 digits: the writer prints them exactly (cJSON's own
+   * printing turned 2^53 into 9.00719925474099e+15), and refuses one a reader cannot take */
+  const int64_t big[][2] = {{(int64_t)1 << 53, 0}, {((int64_t)1 << 53) - 1, 0},
+                            {1000000000000001LL, 0}, {0, 4503599627370497LL}};
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+    char nm[16];
+    snprintf(nm, sizeof nm, "big%zu", i);
+    assert_int_equal(cli_tensors_add(&ts, nm, NG_F32, 2, big[i], NULL), 0);
+  }
+  assert_int_equal(cli_st_serialize(&ts, NULL, &buf, &len, err, sizeof err), CLI_OK);
+  assert_int_equal(cli_st_parse(buf, len, &back, err, sizeof err), CLI_OK);
+  assert_int_equal(back.count, ts.count);
+  for (size_t i = 0; i < ts.count; i++)
+    for (int d = 0; d < 2; d++) assert_int_equal(back.items[i].shape[d], ts.items[i].shape[d]);
+  free(buf);
+  cli_tensors_free(&back);
+  const int64_t over[2] = {((int64_t)1 << 53) + 1, 0};
+  assert_int_equal(cli_tensors_add(&ts, "over", NG_F32, 2, over, NULL), 0);
+  buf = NULL;
+  assert_int_equal(cli_st_serialize(&ts, NULL, &buf, &len, err, sizeof err), CLI_USAGE);
+  assert_null(buf);
+  assert_non_null(strstr(err, "'over'"));
+  cli_tensors_free(&ts);
 }
 
 /* ---- usage errors ------------------------------------------------------------------------------ */

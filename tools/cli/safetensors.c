@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -342,6 +343,15 @@ done:
 }
 
 /* ---- writer ------------------------------------------------------------------------------------ */
+/* An integer as JSON text, exactly: cJSON prints a number with 15 significant digits whenever
+ * they come within a relative DBL_EPSILON of it, so 2^53 went out as 9.00719925474099e+15 and
+ * came back 2 less (the fuzz target found it). */
+static cJSON *json_uint_item(uint64_t u) {
+  char buf[24];
+  snprintf(buf, sizeof buf, "%" PRIu64, u);
+  return cJSON_CreateRaw(buf);
+}
+
 /* The header (8-byte length + padded JSON) for ts, malloc'd into *hdr. */
 static int build_header(const cli_tensors *ts, const char *const *meta, char **hdr, size_t *hlen,
                         char *err, size_t errlen) {
@@ -369,6 +379,12 @@ static int build_header(const cli_tensors *ts, const char *const *meta, char **h
       rc = fail(err, errlen, "tensor '%s': shape and byte size disagree", t->name);
       break;
     }
+    /* what the reader takes (a dimension of 0 lets the others be anything) */
+    for (int d = 0; d < t->ndim && !rc; d++)
+      if ((uint64_t)t->shape[d] > ((uint64_t)1 << 53))
+        rc = fail(err, errlen, "tensor '%s': shape entry %d is above 2^53, which JSON readers "
+                  "cannot take exactly", t->name, d);
+    if (rc) break;
     for (size_t j = 0; j < i; j++)
       if (strcmp(ts->items[j].name, t->name) == 0 || strcmp(t->name, "__metadata__") == 0) {
         rc = fail(err, errlen, "tensor name '%s' used twice or reserved", t->name);
@@ -381,13 +397,13 @@ static int build_header(const cli_tensors *ts, const char *const *meta, char **h
     cJSON *of = sh ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
     ok = ok && sh && of;
     for (int d = 0; ok && d < t->ndim; d++) {
-      cJSON *v = cJSON_CreateNumber((double)t->shape[d]);
+      cJSON *v = json_uint_item((uint64_t)t->shape[d]);
       ok = v && cJSON_AddItemToArray(sh, v);
     }
-    cJSON *b = ok ? cJSON_CreateNumber((double)off) : NULL;
+    cJSON *b = ok ? json_uint_item(off) : NULL;
     ok = b && cJSON_AddItemToArray(of, b);
     off += t->nbytes;
-    cJSON *en = ok ? cJSON_CreateNumber((double)off) : NULL;
+    cJSON *en = ok ? json_uint_item(off) : NULL;
     ok = en && cJSON_AddItemToArray(of, en);
     if (!ok) rc = fail(err, errlen, "out of host memory");
   }
