@@ -397,11 +397,20 @@ def main():
     if a.op == "groupnorm":
         base.update(batch=a.batch, groups=groups_of(a))
 
+    # (freeze weight, freeze bias, passes) of each run in this process; --with-frozen adds the
+    # frozen ones (their forward is the same as the trained one's, so it is not run again)
+    settings = [(a.freeze_weight, a.freeze_bias, passes)]
+    fpasses = [p for p in passes if p != "forward"]
+    if fpasses and not (a.freeze_weight or a.freeze_bias):
+        for f in dict.fromkeys(with_frozen):
+            settings.append((True, f == "all", fpasses))
+
     def skip_all(reason):
-        for i in impls:
-            for p in passes:
-                emit({"impl": "torch-" + i if i != "liger" else "liger", **base, "pass": p,
-                      "skipped": reason})
+        for fw, fb, ps in settings:
+            for i in impls:
+                for p in ps:
+                    emit({"impl": "torch-" + i if i != "liger" else "liger", **base,
+                          "frozen": fw, "frozen_bias": fb, "pass": p, "skipped": reason})
         return 0
 
     try:
@@ -427,13 +436,6 @@ def main():
     copy_gbps = 2 * COPY_BYTES / copy_ms / 1e6
     del src, dst
 
-    # (freeze weight, freeze bias, passes) of each run in this process; --with-frozen adds the
-    # frozen one (its forward is the same as the trained one's, so it is not run again)
-    settings = [(a.freeze_weight, a.freeze_bias, passes)]
-    fpasses = [p for p in passes if p != "forward"]
-    if fpasses and not (a.freeze_weight or a.freeze_bias):
-        for f in dict.fromkeys(with_frozen):
-            settings.append((True, f == "all", fpasses))
     liger_state = {}
     failed = False
     for fw, fb, ps in settings:

@@ -6,7 +6,8 @@ pkgs=(build-essential cmake pkg-config ocl-icd-opencl-dev opencl-c-headers pocl-
       libclblast-dev libcmocka-dev libcjson-dev
       valgrind clang libclang-rt-dev  # memcheck of the CLI; libFuzzer (tests/fuzz)
       openmpi-bin libopenmpi-dev      # examples/data_parallel_step.c and its 2-rank test
-      python3)                        # tests/cli/tune.sh's, ab_bench.sh's and plot_bench.sh's checks
+      python3)                        # the checks of tests/cli/tune.sh, ab_bench.sh, plot_bench.sh
+                                      # and bench_sweep.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

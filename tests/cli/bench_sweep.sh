@@ -3,7 +3,8 @@
 # per call: every op, N, dtype and frozen setting asked for runs once (an op without a bias runs
 # its one frozen backward once), the rows follow --total, a failed run leaves an error line that
 # says which dtype and setting failed and the sweep goes on, and bad lists are refused before
-# anything runs. It checks the script, never a speed, and runs no peers (--no-torch).
+# anything runs; the peers' script is asked for every dtype and frozen setting (PyTorch hidden,
+# so that its lines are "skipped" ones). It checks the script, never a speed.
 # Usage: bench_sweep.sh [normgrad-cli] (the CLI is not used).
 set -u
 SWEEP="$(dirname "$0")/../../tools/bench_sweep.sh"
@@ -97,6 +98,38 @@ for e in errs:
     assert "made-up failure" in e["error"], e
 PY
 has "ERROR: normgrad layernorm backward 1024 f32 all frozen: normgrad-cli: bench: made-up failure" out
+
+# the peers: one bench_torch.py process per (op, dtype, N), asked for each frozen setting; a
+# stand-in torch module that fails to import makes every peer line a "skipped" one, whether or
+# not PyTorch is installed here, and the sweep still succeeds
+mkdir -p "$T/notorch"
+echo 'raise ImportError("the test hides PyTorch")' >"$T/notorch/torch.py"
+export PYTHONPATH="$T/notorch"
+expect 0 "$SWEEP" --cli "$T/cli" --ops "rmsnorm layernorm" --ns 1024 --dtype bf16,f32 \
+  --frozen weight,all --total 65536 --torch-device cpu --torch-impls eager \
+  --torch-passes forward,backward --out "$T/s.jsonl"
+unset PYTHONPATH
+python3 - "$T/s.jsonl" <<'PY' || fail "peer lines"
+import json, sys
+from collections import Counter
+got = Counter()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("impl", "normgrad") == "normgrad":
+        continue
+    assert r["impl"] == "torch-eager" and "skipped" in r, r
+    f = "all" if r["frozen_bias"] else ("weight" if r["frozen"] else "0")
+    got[(r["op"], r["dtype"], r["pass"], f)] += 1
+want = Counter()
+for dt in ("bf16", "f32"):
+    for op, frozen in (("rmsnorm", ["weight"]), ("layernorm", ["weight", "all"])):
+        want[(op, dt, "forward", "0")] += 1
+        want[(op, dt, "backward", "0")] += 1
+        for f in frozen:
+            want[(op, dt, "backward", f)] += 1
+assert got == want, (got, want)
+PY
+has "skipped: torch-eager layernorm backward 1024 f32 all frozen: PyTorch is not installed" out
 
 # bad lists are refused before anything runs
 : >"$T/log"
