@@ -4,6 +4,7 @@
 #include "ng_internal.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,23 +105,44 @@ static char *tuning_path(const char *dir) {
   return p;
 }
 
+/* Decimal digits at *p, no sign or space, at most max; advances *p. sscanf's %u takes a sign
+ * and wraps a value past UINT_MAX, so a damaged line could mean another value than it shows
+ * (groups=4294967299 read as 3). */
+static bool parse_uint(const char **p, unsigned max, unsigned *out) {
+  const char *q = *p;
+  unsigned v = 0;
+  if (*q < '0' || *q > '9') return false;
+  for (; *q >= '0' && *q <= '9'; q++) {
+    const unsigned d = (unsigned)(*q - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *p = q;
+  *out = v;
+  return true;
+}
+
 /* Parse one line; true when it is an entry for device `id` with valid values. */
 static bool parse_line(const ng_context *ctx, const char *line, const char *id, int *kind,
                        unsigned *log2n, unsigned v[NG_TUNE_SLOTS]) {
   char dev[32], kname[40];
   int used = 0;
-  if (sscanf(line, "ng-tune-1 %31s %39s %u%n", dev, kname, log2n, &used) != 3) return false;
-  if (strcmp(dev, id) || (*kind = kind_index(kname)) < 0 || *log2n > 40) return false;
-  memset(v, 0, sizeof(unsigned) * NG_TUNE_SLOTS);
+  if (sscanf(line, "ng-tune-1 %31s %39s %n", dev, kname, &used) != 2 || used == 0) return false;
   const char *p = line + used;
+  if (!parse_uint(&p, 40, log2n)) return false;
+  if (strcmp(dev, id) || (*kind = kind_index(kname)) < 0) return false;
+  memset(v, 0, sizeof(unsigned) * NG_TUNE_SLOTS);
   for (;;) {
+    const char *item = p;
     while (*p == ' ' || *p == '\t') p++;
     if (!*p || *p == '#' || *p == '\n' || *p == '\r') break;
+    if (p == item) return false; /* "9groups=3" */
     char name[16];
     unsigned val;
     int u = 0;
-    if (sscanf(p, "%15[a-z]=%u%n", name, &val, &u) != 2) return false;
+    if (sscanf(p, "%15[a-z]=%n", name, &u) != 1 || u == 0) return false;
     p += u;
+    if (!parse_uint(&p, UINT_MAX, &val)) return false;
     size_t k = 0;
     while (k < NG_ARRAY_LEN(tune_names) && strcmp(tune_names[k].name, name)) k++;
     if (k == NG_ARRAY_LEN(tune_names)) return false;

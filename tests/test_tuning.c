@@ -111,8 +111,8 @@ static void test_bad_store(void **st) {
   ng_context_release(c);
 }
 
-/* Lines for another device, malformed lines, values the device cannot take, and a file others
- * can write are all ignored. */
+/* Lines for another device, malformed lines (numbers out of range or signed included), values
+ * the device cannot take, and a file others can write are all ignored. */
 static void test_damaged_file(void **st) {
   (void)st;
   ng_context *c = fresh();
@@ -135,6 +135,15 @@ static void test_damaged_file(void **st) {
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=x\n", id);          /* not a number */
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 wg=48\n", id);             /* not a power of 2 */
   fprintf(f, "ng-tune-1 %s nosuchop.bwd 9 groups=3\n", id);         /* unknown kind */
+  /* numbers that sscanf's %u would have wrapped or taken with a sign, and items run together:
+   * each would have meant groups=3 on row lengths of 2^9 */
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=4294967299\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 4294967305 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=+3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=-4294967293\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups= 3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 wg=64groups=3\n", id);
   fprintf(f, "garbage\n\n#comment\n");
   fclose(f);
   chmod(p, 0600);
