@@ -69,8 +69,7 @@ def load(path):
 
 def cell_key(r):
     """A cell of one implementation: op, pass, shape, dtype and frozen settings."""
-    return (r["impl"], r["op"], r["pass"], r["rows"], r["hidden"], r.get("dtype"),
-            bool(r.get("frozen")), bool(r.get("frozen_bias")), r.get("groups"))
+    return (r["impl"],) + key(r)
 
 
 def median_rows(rows):
@@ -96,18 +95,14 @@ def fastest_rows(rows):
 
 
 def add_derived_both(rows):
-    """normgrad forward + backward (and + frozen backward) as a "both" row per (op, N, dtype)."""
-    by = {}
-    for r in rows:
-        if r["impl"] == "normgrad":
-            by[(r["op"], r["hidden"], r["rows"], r["dtype"], r.get("groups"), r["pass"],
-                frozen_label(r))] = r
+    """normgrad forward + backward (and + frozen backward) as a "both" row per cell."""
+    by = {key(r): r for r in rows if r["impl"] == "normgrad"}
     out = []
-    for (op, n, rr, dt, g, p, fr), b in by.items():
+    for b in by.values():
         # flce's backward is already the fused loss + gradients pass
-        if p != "backward" or op == "flce":
+        if b["pass"] != "backward" or b["op"] == "flce":
             continue
-        f = by.get((op, n, rr, dt, g, "forward", "False"))
+        f = by.get(key({**b, "pass": "forward", "frozen": False, "frozen_bias": False}))
         if f is None:
             continue
         ms = f["median_ms"] + b["median_ms"]
