@@ -24,8 +24,9 @@
 /* The reference implementation refuses headers above 100 MB; so do we (it also bounds what a
  * hostile length field can make us allocate). */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
-/* Integers above 2^53 cannot be represented exactly by cJSON's double. */
-#define ST_MAX_INT 9007199254740992.0
+/* Integers above 2^53 cannot be represented exactly by cJSON's double: the reader refuses them
+ * and the writer does not write them. */
+#define ST_MAX_INT ((uint64_t)1 << 53)
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -51,7 +52,7 @@ typedef struct st_entry {
 static bool json_uint(const cJSON *v, uint64_t *out) {
   if (!cJSON_IsNumber(v)) return false;
   double d = v->valuedouble;
-  if (!(d >= 0.0) || d > ST_MAX_INT || d != (double)(uint64_t)d) return false;
+  if (!(d >= 0.0) || d > (double)ST_MAX_INT || d != (double)(uint64_t)d) return false;
   *out = (uint64_t)d;
   return true;
 }
@@ -381,7 +382,7 @@ static int build_header(const cli_tensors *ts, const char *const *meta, char **h
     }
     /* what the reader takes (a dimension of 0 lets the others be anything) */
     for (int d = 0; d < t->ndim && !rc; d++)
-      if ((uint64_t)t->shape[d] > ((uint64_t)1 << 53))
+      if ((uint64_t)t->shape[d] > ST_MAX_INT)
         rc = fail(err, errlen, "tensor '%s': shape entry %d is above 2^53, which JSON readers "
                   "cannot take exactly", t->name, d);
     if (rc) break;
