@@ -49,23 +49,23 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$ops" = all ] && ops=$all_ops
+# check_list OPTION "ITEMS" WHAT ALLOWED...: exits 2 unless ITEMS has an item and each is allowed
+check_list() {
+  local opt=$1 items=$2 what=$3 it
+  shift 3
+  [ -n "${items// /}" ] || { echo "bench_sweep: $opt is empty" >&2; exit 2; }
+  for it in $items; do
+    case " $* " in
+      *" $it "*) ;;
+      *) echo "bench_sweep: $opt takes $what" >&2; exit 2 ;;
+    esac
+  done
+}
 dtype=${dtype//,/ }
 [ "$dtype" = all ] && dtype="bf16 f16 f32"
-for dt in $dtype; do
-  case "$dt" in
-    bf16|f16|f32) ;;
-    *) echo "bench_sweep: --dtype takes bf16, f16, f32 or all" >&2; exit 2 ;;
-  esac
-done
-[ -n "${dtype// /}" ] || { echo "bench_sweep: --dtype is empty" >&2; exit 2; }
+check_list --dtype "$dtype" "bf16, f16, f32 or all" bf16 f16 f32
 frozen=${frozen//,/ }
-for fr in $frozen; do
-  case "$fr" in
-    weight|all) ;;
-    *) echo "bench_sweep: --frozen takes weight, all or weight,all" >&2; exit 2 ;;
-  esac
-done
-[ -n "${frozen// /}" ] || { echo "bench_sweep: --frozen is empty" >&2; exit 2; }
+check_list --frozen "$frozen" "weight, all or weight,all" weight all
 # freeze_flags SETTING: the CLI's flags of one frozen setting
 freeze_flags() {
   if [ "$1" = all ]; then echo "--freeze-weight --freeze-bias"; else echo "--freeze-weight"; fi
@@ -130,13 +130,13 @@ for op in $ops; do
       cpg=$((gn_block / n)); [ "$cpg" -ge 1 ] || cpg=1
       gopt=(--groups $((rows / cpg)))
     fi
-    # forward, backward, then one frozen backward per setting
-    for run in forward backward $(for f in $op_frozen; do echo "frozen:$f"; done); do
-      pass=${run%%:*} flags=() fr=0
-      if [ "${run#frozen:}" != "$run" ]; then
-        pass=backward fr=${run#frozen:}
-        read -r -a flags <<<"$(freeze_flags "$fr")"
-      fi
+    # forward, backward, then one frozen backward per setting (weight, all)
+    for run in forward backward $op_frozen; do
+      pass=$run flags=() fr=0
+      case "$run" in
+        forward|backward) ;;
+        *) pass=backward fr=$run; read -r -a flags <<<"$(freeze_flags "$fr")" ;;
+      esac
       [ "$no_ds" = 1 ] && [ "$op" = fused-add-rmsnorm ] && [ "$pass" = backward ] &&
         flags+=(--no-ds-out)
       if "$cli" bench "$op" --rows "$rows" --hidden "$n" --dtype "$dt" --pass "$pass" \
