@@ -16,6 +16,24 @@ static const struct {
                   {"vec", NG_TUNE_VECTOR},     {"reg", NG_TUNE_REG_COLS},
                   {"prefetch", NG_TUNE_PREFETCH}, {"table", NG_TUNE_TABLE}};
 
+/* Decimal digits at *p, no sign or space, at most max; advances *p. The one number syntax of
+ * NORMGRAD_TUNE and tuning.txt: sscanf's %u and strtoul take a sign and a leading space, and %u
+ * wraps a value past UINT_MAX, so a damaged line could mean another value than it shows
+ * (groups=4294967299 read as 3). */
+static bool parse_uint(const char **p, unsigned max, unsigned *out) {
+  const char *q = *p;
+  unsigned v = 0;
+  if (*q < '0' || *q > '9') return false;
+  for (; *q >= '0' && *q <= '9'; q++) {
+    const unsigned d = (unsigned)(*q - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *p = q;
+  *out = v;
+  return true;
+}
+
 ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *origin) {
   const char *p = spec;
   while (p && *p) {
@@ -29,9 +47,9 @@ ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *or
     char *eq = strchr(item, '=');
     if (!eq) return ng_fail(NG_ERR_INVALID_VALUE, "%s: '%s' is not NAME=VALUE", origin, item);
     *eq = '\0';
-    char *stop = NULL;
-    unsigned long v = strtoul(eq + 1, &stop, 10);
-    if (eq[1] == '\0' || *stop != '\0' || v > 0xffffffffUL)
+    const char *num = eq + 1;
+    unsigned v = 0;
+    if (!parse_uint(&num, UINT_MAX, &v) || *num != '\0')
       return ng_fail(NG_ERR_INVALID_VALUE, "%s: '%s' is not a number", origin, eq + 1);
     size_t k = 0;
     while (k < sizeof tune_names / sizeof tune_names[0] && strcmp(tune_names[k].name, item)) k++;
@@ -41,8 +59,7 @@ ng_status ng_tune_apply_string(ng_context *ctx, const char *spec, const char *or
       return ng_fail(NG_ERR_INVALID_VALUE,
                      "%s: unknown name '%s' (wg, groups, vec, reg, prefetch, table, reduce)",
                      origin, item);
-    ng_status s = ng_context_override(ctx, reduce ? NG_TUNE_FUSED_REDUCE : tune_names[k].what,
-                                      (unsigned)v);
+    ng_status s = ng_context_override(ctx, reduce ? NG_TUNE_FUSED_REDUCE : tune_names[k].what, v);
     if (s != NG_SUCCESS) {
       char why[256];
       snprintf(why, sizeof why, "%s", ng_last_error_detail());
@@ -103,23 +120,6 @@ static char *tuning_path(const char *dir) {
   char *p = malloc(len);
   if (p) snprintf(p, len, "%s/tuning.txt", dir);
   return p;
-}
-
-/* Decimal digits at *p, no sign or space, at most max; advances *p. sscanf's %u takes a sign
- * and wraps a value past UINT_MAX, so a damaged line could mean another value than it shows
- * (groups=4294967299 read as 3). */
-static bool parse_uint(const char **p, unsigned max, unsigned *out) {
-  const char *q = *p;
-  unsigned v = 0;
-  if (*q < '0' || *q > '9') return false;
-  for (; *q >= '0' && *q <= '9'; q++) {
-    const unsigned d = (unsigned)(*q - '0');
-    if (v > (max - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *p = q;
-  *out = v;
-  return true;
 }
 
 /* Parse one line; true when it is an entry for device `id` with valid values. */

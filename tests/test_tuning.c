@@ -180,7 +180,10 @@ static void test_env(void **st) {
   static const char *bad[] = {"groups",        "groups=",      "groups=x",        "wg=48",
                               "reg=3",         "vec=4",        "prefetch=3",      "prefetch=32",
                               "prefetch=1000", "prefetch=131072", "table=5",      "nosuch=1",
-                              ",",             "groups=1,,wg=1"};
+                              ",",             "groups=1,,wg=1",
+                              /* tuning.txt's number syntax: digits only, within 32 bits */
+                              "groups=+9",     "groups= 9",    "groups=-0",       "groups=9 ",
+                              "groups=4294967296"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv("NORMGRAD_TUNE", bad[i], 1);
     c = (ng_context *)1;
