@@ -951,7 +951,9 @@ ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x,
  * set: `part` holds `sets` rows of dW partials (when COMPUTE_DW), then `sets` rows of dB. */
 /* With both gradients the dB sums live in local memory (the group's own 16 KB at 256 × 2, 32 KB
  * at 256 × 4): in registers beside the dW sums and the row they left one group per compute unit,
- * and the kernel at 65536 took 197 us against 160 us for the column split (H100, bf16). */
+ * and the kernel at 65536 took 197 us against 160 us for the column split (H100, bf16). The host
+ * puts them there with dB alone too where its plan wants the registers (LN_DB_LOCAL = 1:
+ * src/ops/layernorm.c, ln_coop_plan). */
 /* LN_WLOCAL (set by the host where it fits beside the dB sums): the slice's weight in local
  * memory, read once for all the rows of the set instead of twice a row from L2 (the sums and
  * dx each take g = w·dy): in f32 that is 8 bytes a value against the 6 the row moves to and
@@ -961,7 +963,9 @@ ng_layernorm_bwd_cols(__global const XT *dy, ulong dy_off, __global const XT *x,
 #ifndef LN_WLOCAL
 #define LN_WLOCAL 0
 #endif
+#ifndef LN_DB_LOCAL
 #define LN_DB_LOCAL (COMPUTE_DW && COMPUTE_DB)
+#endif
 /* LN_BWD_COOP (set by the host for split launches only): the body and its local arrays go only
  * into the programs that launch it, as RMS_BWD_COOP in rmsnorm.cl. */
 #ifndef LN_BWD_COOP

@@ -766,8 +766,9 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #endif
   NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, c0);
 #if RMS_WLOCAL
-  /* w' in local memory (the frozen pass of src/ops/rmsnorm.c's rms_bwd_plan), which frees the
-   * registers for a third group per compute unit; each work-item's own slots, no barrier */
+  /* w' in local memory (both passes of src/ops/rmsnorm.c's rms_bwd_plan), which frees the
+   * registers for a third group per compute unit frozen, a fourth with dW; each work-item's own
+   * slots, no barrier */
   __local floatV wl[WG * REG];
 #define RMS_WC(q) wl[(q) * WG + lid]
 #else
@@ -834,11 +835,21 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #else
         STX(dxr, i, DX_OUT(i, RMS_DX(d, RMS_WC(q), xv)));
 #endif
-#if COMPUTE_DW
+#if COMPUTE_DW && !RMS_WLOCAL
         RMS_DWR(q) = fma(d, RMS_XH(NG_RDV, xv), RMS_DWR(q));
 #endif
       }
     }
+#if COMPUTE_DW && RMS_WLOCAL
+    /* The dW sums in a loop of their own, after the row's dx: in the loop above, beside the next
+     * row's bits, NVIDIA's compiler gave the kernel 98 registers, here 80 (64 with the reducers'
+     * eight rows in flight), so that four groups fit a compute unit (H200, bf16: 65536 86.2 ->
+     * 79.1 us, src/ops/rmsnorm.c). The same additions in the same order: the same bits. */
+#pragma unroll
+    for (int q = 0; q < REG; q++)
+      if (c0 + (uint)q * WG < nv)
+        RMS_DWR(q) = fma(WIDX(dys[q]), RMS_XH(NG_RDV, WIDX(xs[q])), RMS_DWR(q));
+#endif
     if (NG_COOP_AHEAD && r + sets < rows) {
 #pragma unroll
       for (int q = 0; q < REG; q++) dys[q] = dyn[q], xs[q] = xn[q];

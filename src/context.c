@@ -757,6 +757,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   c->sets = (unsigned)sets;
   c->f16_pack = x_dtype == NG_F16 && (xflags & NG_COOP_F16_PACK) && cl.nv_bf16;
   c->bf16_pack = x_dtype == NG_BF16 && (xflags & NG_COOP_BF16_PACK) && cl.nv_bf16;
+  c->red_f = 0;
   c->ahead = (x_dtype == NG_BF16 && (xflags & NG_COOP_AHEAD_BF16)) ||
              (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32)) ||
              (x_dtype == NG_F16 && (xflags & NG_COOP_AHEAD_F16));
@@ -980,7 +981,7 @@ void ng_coop_fused_plan(const ng_context *ctx, const ng_coop *c, size_t ncols, s
   fused_off(out, dw, db, acc);
   if (!ng_coop_fused_wanted(ctx, c, ncols, sections, by_default)) return;
   size_t cw, reducers;
-  fused_shape_of(ctx, c->sets, c->l.groups, c->l.wg, ncols, sections, NG_COOP_RED_F, &cw,
+  fused_shape_of(ctx, c->sets, c->l.groups, c->l.wg, ncols, sections, ng_coop_red_f(c), &cw,
                  &reducers);
   fused_on(out, cw, reducers);
 }

@@ -292,6 +292,7 @@ typedef struct ng_coop {
   bool ahead; /* each group publishes the next row's shares before it collects this row's */
   bool f16_pack;  /* f16 rows widened pair by pair (NG_COOP_F16_PACK) */
   bool bf16_pack; /* bf16 rows widened pair by pair (NG_COOP_BF16_PACK) */
+  unsigned red_f; /* its reducers' rows in flight where the op sets them, else 0: NG_COOP_RED_F */
 } ng_coop;
 /* The rows besides bf16 that an op's split kernel takes (ng_coop_plan's xflags), where each was
  * measured faster split (docs/tuning.md): */
@@ -392,6 +393,9 @@ void ng_coop_fused_plan(const ng_context *ctx, const ng_coop *c, size_t ncols, s
  * groups of the grid, at most half the compute units, so each needs more loads in flight than
  * the held rows' reducers (8) */
 #define NG_COOP_RED_F 16
+static inline unsigned ng_coop_red_f(const ng_coop *c) {
+  return c->red_f ? c->red_f : NG_COOP_RED_F;
+}
 /* The kernel arguments NG_COOP_RED_ARGS (cl/ng_common.clh) of such a plan, set on or off. */
 #define NG_COOP_RED_KARGS(f)                                                                       \
   NG_ARG((f).dw), NG_ARG((f).dw_off), NG_ARG((f).db), NG_ARG((f).db_off), NG_ARG((f).acc),       \

@@ -109,10 +109,18 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
  * 97.8-98.1 (0.65 -> 0.70), 32768 about 100 -> 94.8-94.9, dB alone 65536 96.7-96.8 ->
  * 93.2-94.4, 32768 91.2-91.8 -> 89.4-90.5. Ahead with three groups per compute unit, bf16 with
  * gradient sums lost (65536 105.7 -> 126.7-129.2, dB alone 96.7 -> 117.2-118.4), as did two
- * groups without it (117.4-117.5); f16 rows measured even both frozen and keep the plain kind. */
+ * groups without it (117.4-117.5); f16 rows measured even both frozen and keep the plain kind.
+ * bf16 rows with dB alone take four groups since 2026-11-28, with their dB sums in local memory
+ * (LN_DB_LOCAL, bwd_opts): 102 registers -> 62, where 80 lets three groups of 256 fit a compute
+ * unit and 64 four (NVIDIA's -cl-nv-verbose); the 117-118 us above were three groups that did
+ * not fit, so that groups waited for a set's groups not yet running. H200, bf16, rows·N = 2^25,
+ * two rounds alternating in one run: 65536 88.1-88.3 -> 81.5-82.8 us (0.56 -> 0.60), 32768
+ * 82.4-82.8 -> 80.0; three groups 85.5-86.8 and 81.8-82.1. The H100 was not lent to measure it.
+ * With dW and dB the weight and both sums fill the 48 KB of local memory and the kernel keeps
+ * 127 registers and two groups. */
 static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                          size_t n, bool dw, bool db, ng_coop *c) {
-  const unsigned per_cu = xd == NG_BF16 && (dw || db) ? 2 : 3;
+  const unsigned per_cu = xd != NG_BF16 || !(dw || db) ? 3 : dw ? 2 : 4;
   return ng_coop_plan_shape(ctx, l, xd, rows, n, 0,
                             LN_COOP_X | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32, 2, 2, per_cu, c) ||
          ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
@@ -121,8 +129,9 @@ static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
  * (it only says whether dB may be asked for). cp: the plan of rows split across groups, or NULL
  * for launch l. The split kernel keeps its slice of the weight in local memory where it fits
- * there (LN_WLOCAL, cl/layernorm.cl) beside its dB sums with both gradients (LN_DB_LOCAL) and
- * the reduction buffer: every plan of ln_coop_plan's first kind. */
+ * there (LN_WLOCAL, cl/layernorm.cl) beside its dB sums with both gradients, or with dB alone
+ * in that plan's bf16 rows (LN_DB_LOCAL), and the reduction buffer: every plan of ln_coop_plan's
+ * first kind. */
 static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
                      const ng_coop *cp, ng_dtype xd, int wd, bool dw, bool db, bool fused,
                      ng_dtype gd) {
@@ -139,7 +148,10 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   if (cp) ng_coop_opts(o, cp);
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
-  const size_t slots = (size_t)l->wg * l->reg_cols * (dw && db ? 2 : 1);
+  /* the dB sums in local memory with dB alone: ln_coop_plan's bf16 rows ahead */
+  const bool db_local = cp && db && (dw || (cp->ahead && xd == NG_BF16));
+  if (db_local && !dw) ng_opts_add(o, "LN_DB_LOCAL", 1);
+  const size_t slots = (size_t)l->wg * l->reg_cols * (db_local ? 2 : 1);
   if (cp && wd >= 0 && slots * l->vec * 4 + (size_t)l->wg * 8 + 64 <= ctx->info.local_mem)
     ng_opts_add(o, "LN_WLOCAL", 1);
 }

@@ -52,14 +52,14 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
                      const ng_coop *cp, ng_dtype xd, bool has_w, ng_dtype wd, bool compute_dw,
                      bool has_ds, bool fused_red) {
   /* the reducers' rows in flight (NG_RED_F) */
-  const unsigned red_f = cp ? NG_COOP_RED_F : ng_fused_rows_in_flight(ctx, l);
+  const unsigned red_f = cp ? ng_coop_red_f(cp) : ng_fused_rows_in_flight(ctx, l);
   if (cp) l = &cp->l;
   ng_opts_init(o);
   ng_row_opts_dt(o, l, xd, has_w, wd);
   if (cp) ng_opts_add(o, "RMS_BWD_COOP", 1);
   if (cp) ng_coop_opts(o, cp);
-  /* w' in local memory: the frozen pass of rms_bwd_plan's bf16 slices */
-  if (cp && cp->ahead && xd == NG_BF16 && !compute_dw) ng_opts_add(o, "RMS_WLOCAL", 1);
+  /* w' in local memory: both passes of rms_bwd_plan's bf16 slices */
+  if (cp && cp->ahead && xd == NG_BF16) ng_opts_add(o, "RMS_WLOCAL", 1);
   ng_opts_add(o, "COMPUTE_DW", compute_dw);
   if (has_ds) ng_opts_add(o, "HAS_DS", 1);
   if (fused_red) ng_opts_add(o, "FUSED_RED", 1);
@@ -246,15 +246,28 @@ static unsigned coop_x(bool fused, bool has_ds) {
 }
 
 /* The split backward's plan for a pass with or without dW. RMSNorm's bf16 rows take slices of
- * 256 × 2 vectors and publish each row's share ahead (ng_coop.ahead); frozen, w' lives in local
- * memory (RMS_WLOCAL, bwd_opts) beside the three groups a compute unit, with dW in registers beside
- * two. The slices are the same either way, so dx keeps its bits; both passes ask local memory
- * for w' (lslots 2), so a device without it gives neither this plan. H100, bf16, rows·N = 2^25,
- * the binary before the ahead exchange (a3d7bdb) -> this one, alternating, two runs: frozen
+ * 256 × 2 vectors and publish each row's share ahead (ng_coop.ahead); w' lives in local memory
+ * (RMS_WLOCAL, bwd_opts), frozen beside three groups a compute unit, with dW (whose sums take
+ * local memory too) beside four, whose reducers keep eight rows in flight instead of sixteen
+ * (64 registers, cl/rmsnorm.cl). The slices are the same either way, so dx keeps its bits; both
+ * passes ask local memory for w' (lslots 2), so a device without it gives neither this plan.
+ * Until 2026-11-28 w' stayed in registers with dW, beside two groups: the kernel took 115
+ * registers, and 98 with w' in local memory, past the 80 at which three groups of 256 fit.
+ * H200, bf16, rows·N = 2^25, whole backward with dW, in one run each (alternating, two rounds):
+ * w' in local memory on two groups 85.7-85.8 -> 96.4-96.9 us at 65536; the dW sums in a loop of
+ * their own (80 registers) on three groups 86.5-86.8 -> 81.7-82.5 at 65536 and 81.0-81.8 ->
+ * 78.7-78.8 at 32768; with the reducers' eight rows (64) on four 85.9-86.5 -> 79.0-79.2 (0.57 ->
+ * 0.62) and 81.0-81.8 -> 76.3-77.2 (0.60 -> 0.64-0.65), the fused add without ds_out at 65536
+ * 86.0-86.2 -> 79.4-79.9; on three 82.9-83.7 and 77.9-78.6. The H100 was not lent to measure
+ * it. The frozen pass keeps three groups: four gained 2-4 % on the H200 (64.4-64.5 -> 62.9-63.1
+ * us at 32768, 66.1-66.3 -> 63.9 at 65536) but lost on the H100 (below). H100, bf16, rows·N =
+ * 2^25, the binary before the ahead exchange (a3d7bdb) -> this one, alternating, two runs: frozen
  * 65536 85.0-85.7 -> 78.0-78.5 us (0.81 -> 0.88), 32768 82.7-83.2 -> 76.7-77.5 (0.83 -> 0.89);
  * with dW 32768 92.7-92.8 -> 87.2-87.6 (0.74 -> 0.79), 65536 95.7 -> 93.2-94.5 (0.72 -> 0.73-0.74;
  * the 256 × 4 one-row loop of 84a6516 measured 91.9-93.7 there). With dW, w' in local memory
- * lost (three groups 125.5-130.5 us, two 94.3-100.5), and so did frozen w' in registers
+ * lost then (three groups 125.5-130.5 us, whose third group did not fit beside the kernel's 98
+ * registers, so that groups waited for a set's groups not yet running; two 94.3-100.5), and so
+ * did frozen w' in registers
  * (81.3-85.3) and four groups (79.6-81.3). f16 rows keep 256 × 4 (with dW 92.2 -> 95.4), and
  * rows of more than 16 such slices (bf16 N > 65536) the 256 × 4 plan (131072 frozen even).
  * The fused add without ds_out runs RMSNorm's kernel and takes RMSNorm's plans (this one, and
@@ -262,12 +275,16 @@ static unsigned coop_x(bool fused, bool has_ds) {
  * old and new binaries alternating, three rounds: bf16 frozen 32768 81.9-82.2 -> 76.7-77.9 us,
  * 65536 84.2-97.3 -> 77.3-77.8, with dW 88.3-90.2 -> 86.3-86.7 and 65536 even; f32 with dW
  * 65536 116.2-117.6 -> 89.2-89.9, frozen 115.4-121.1 -> 84.5-87.6. */
+#define RMS_COOP_DW_RED_F 8
 static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
                          bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
-  return (rms_kernel(fused, has_ds) && xd == NG_BF16 &&
-          ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16,
-                             2, 2, dw ? 2 : 3, c)) ||
-         ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused, has_ds), c);
+  if (rms_kernel(fused, has_ds) && xd == NG_BF16 &&
+      ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16, 2, 2,
+                         dw ? 4 : 3, c)) {
+    if (dw) c->red_f = RMS_COOP_DW_RED_F;
+    return true;
+  }
+  return ng_coop_plan(ctx, l, xd, rows, n, coop_hold(fused, has_ds), coop_x(fused, has_ds), c);
 }
 
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
