@@ -843,8 +843,8 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #if COMPUTE_DW && RMS_WLOCAL
     /* The dW sums in a loop of their own, after the row's dx: in the loop above, beside the next
      * row's bits, NVIDIA's compiler gave the kernel 98 registers, here 80 (64 with the reducers'
-     * eight rows in flight), so that four groups fit a compute unit (H200, bf16: 65536 86.2 ->
-     * 79.1 us, src/ops/rmsnorm.c). The same additions in the same order: the same bits. */
+     * eight rows in flight), so that four groups fit a compute unit (H200, bf16: 65536 85.9-86.6 ->
+     * 78.7-79.0 us, src/ops/rmsnorm.c). The same additions in the same order: the same bits. */
 #pragma unroll
     for (int q = 0; q < REG; q++)
       if (c0 + (uint)q * WG < nv)
