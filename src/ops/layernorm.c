@@ -118,9 +118,14 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
  * 82.4-82.8 -> 80.0; three groups 85.5-86.8 and 81.8-82.1. The H100 was not lent to measure it.
  * With dW and dB the weight and both sums fill the 48 KB of local memory and the kernel keeps
  * 127 registers and two groups. */
+/* Whether the first kind's slices of a pass keep the dB sums in local memory with dB alone:
+ * the four groups per compute unit below rely on it (62 registers against 102), so the plan and
+ * bwd_opts both ask here. */
+static bool ln_db_alone_local(ng_dtype xd, bool dw, bool db) { return xd == NG_BF16 && db && !dw; }
+
 static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                          size_t n, bool dw, bool db, ng_coop *c) {
-  const unsigned per_cu = xd != NG_BF16 || !(dw || db) ? 3 : dw ? 2 : 4;
+  const unsigned per_cu = ln_db_alone_local(xd, dw, db) ? 4 : xd == NG_BF16 && dw ? 2 : 3;
   return ng_coop_plan_shape(ctx, l, xd, rows, n, 0,
                             LN_COOP_X | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32, 2, 2, per_cu, c) ||
          ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
@@ -148,9 +153,11 @@ static void bwd_opts(ng_opts *o, const ng_context *ctx, const ng_row_launch *l,
   if (cp) ng_coop_opts(o, cp);
   /* the gradients' dtype is W_DTYPE's, except for a bias without a weight */
   if (fused && wd < 0) ng_opts_add(o, "G_DTYPE", gd);
-  /* the dB sums in local memory with dB alone: ln_coop_plan's bf16 rows ahead */
-  const bool db_local = cp && db && (dw || (cp->ahead && xd == NG_BF16));
-  if (db_local && !dw) ng_opts_add(o, "LN_DB_LOCAL", 1);
+  /* the dB sums in local memory: with both gradients always, with dB alone in the plan's first
+   * kind (its bf16 rows ahead) */
+  const bool db_alone_local = cp && cp->ahead && ln_db_alone_local(xd, dw, db);
+  const bool db_local = (cp && dw && db) || db_alone_local;
+  if (db_alone_local) ng_opts_add(o, "LN_DB_LOCAL", 1);
   const size_t slots = (size_t)l->wg * l->reg_cols * (db_local ? 2 : 1);
   if (cp && wd >= 0 && slots * l->vec * 4 + (size_t)l->wg * 8 + 64 <= ctx->info.local_mem)
     ng_opts_add(o, "LN_WLOCAL", 1);
