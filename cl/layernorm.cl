@@ -435,15 +435,19 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
   /* Under NG_COOP_AHEAD (bf16 and f32 rows, on two groups per compute unit for the second
    * slice's registers: ln_fwd_coop_plan) each group publishes its pair for the set's next row
    * before it collects this row's, as ng_rmsnorm_fwd_coop: xs and kx are this row's, xn and kn
-   * the next's. */
+   * the next's. Under NG_COOP_LATE (16-bit rows) the next row's pair is formed and published
+   * after this row's stores (after its collect, as RMSNorm's, measured 1-2 % slower). */
   NG_RAWV(DTYPE) xs[REG], xn[REG];
   float kx = 0.0f, kn = 0.0f;
-#define LN_FWD_NEXT(xv, kv, r_, it_)                                                               \
+#define LN_FWD_LOAD(xv, kv, r_)                                                                    \
   do {                                                                                             \
     __global const XT *xr_ = x + (ulong)(r_) * n;                                                  \
     kv = NG_LD1(DTYPE, xr_, 0);                                                                    \
     NG_SLICE_LOAD1(xv, xr_, c0, nv);                                                               \
     NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+  } while (0)
+#define LN_FWD_SUMS(xv, kv, it_)                                                                   \
+  do {                                                                                             \
     floatV acc = (floatV)(0.0f);                                                                   \
     _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv) acc +=             \
         NG_WIDENV(DTYPE, (xv)[q]) - (kv);                                                          \
@@ -456,12 +460,21 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
     const float m2 = ng_wg_sum(ng_hsum(acc), red);                                                 \
     ng_coop_publish((float4)(su, m2, 0.0f, 0.0f), 2, it_, k, sl, S, sync, sets);                   \
   } while (0)
-  if (NG_COOP_AHEAD && k < rows) LN_FWD_NEXT(xs, kx, k, 0);
+  if (NG_COOP_AHEAD && k < rows) {
+    LN_FWD_LOAD(xs, kx, k);
+    LN_FWD_SUMS(xs, kx, 0);
+  }
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
     __global XT *yr = y + (ulong)r * n;
-    if (!NG_COOP_AHEAD) LN_FWD_NEXT(xs, kx, r, it);
-    else if (r + sets < rows) LN_FWD_NEXT(xn, kn, r + sets, it + 1);
+    const bool more = r + sets < rows;
+    if (!NG_COOP_AHEAD) {
+      LN_FWD_LOAD(xs, kx, r);
+      LN_FWD_SUMS(xs, kx, it);
+    } else if (more) {
+      LN_FWD_LOAD(xn, kn, r + sets);
+      if (!NG_COOP_LATE) LN_FWD_SUMS(xn, kn, it + 1);
+    }
     const float2 st = ng_coop_collect(2, cover, n, it, k, S, sync, sets, &total[it & 1]).xy;
     const float mu = kx + st.x, rs = rsqrt(st.y / (float)n + eps);
     if (sl == 0 && lid == 0) {
@@ -473,13 +486,15 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
       const uint i = c0 + (uint)q * WG;
       if (i < nv) STX(yr, i, ln_out_reg(NG_WIDENV(DTYPE, xs[q]), mu, rs, LN_WL(q), LN_BL(q)));
     }
-    if (NG_COOP_AHEAD && r + sets < rows) {
+    if (NG_COOP_AHEAD && more) {
+      if (NG_COOP_LATE) LN_FWD_SUMS(xn, kn, it + 1);
 #pragma unroll
       for (int q = 0; q < REG; q++) xs[q] = xn[q];
       kx = kn;
     }
   }
-#undef LN_FWD_NEXT
+#undef LN_FWD_LOAD
+#undef LN_FWD_SUMS
   (void)ng_coop_leave(sync, sets, &tk);
 #undef LN_WL
 #undef LN_BL

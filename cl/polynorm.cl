@@ -233,12 +233,15 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
   NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
   /* Under NG_COOP_AHEAD (bf16 and f32 rows) each group publishes its shares of the set's next
    * row before it collects this row's, as ng_rmsnorm_fwd_coop: xs holds this row's slice, xn
-   * the next row's. */
+   * the next row's; under NG_COOP_LATE (bf16) after this row's collect, as there. */
   NG_RAWV(DTYPE) xs[REG], xn[REG];
-#define PN_COOP_NEXT(xv, r_, it_)                                                                  \
+#define PN_COOP_LOAD(xv, r_)                                                                       \
   do {                                                                                             \
     NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, nv);                                               \
     NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+  } while (0)
+#define PN_COOP_SUMS(xv, it_)                                                                      \
+  do {                                                                                             \
     floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);                          \
     _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv)                    \
         PN_SUMS1(NG_WIDENV(DTYPE, (xv)[q]));                                                       \
@@ -246,13 +249,23 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
         ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);                   \
     ng_coop_publish(mine, 3, it_, k, sl, S, sync, sets);                                           \
   } while (0)
-  if (NG_COOP_AHEAD && k < rows) PN_COOP_NEXT(xs, k, 0);
+  if (NG_COOP_AHEAD && k < rows) {
+    PN_COOP_LOAD(xs, k);
+    PN_COOP_SUMS(xs, 0);
+  }
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
     __global XT *yr = y + (ulong)r * n;
-    if (!NG_COOP_AHEAD) PN_COOP_NEXT(xs, r, it);
-    else if (r + sets < rows) PN_COOP_NEXT(xn, r + sets, it + 1);
+    const bool more = r + sets < rows;
+    if (!NG_COOP_AHEAD) {
+      PN_COOP_LOAD(xs, r);
+      PN_COOP_SUMS(xs, it);
+    } else if (more) {
+      PN_COOP_LOAD(xn, r + sets);
+      if (!NG_COOP_LATE) PN_COOP_SUMS(xn, it + 1);
+    }
     const float4 s_ = ng_coop_collect(3, 0, 0, it, k, S, sync, sets, &total[it & 1]);
+    if (NG_COOP_LATE && more) PN_COOP_SUMS(xn, it + 1);
     const float r1 = rsqrt(s_.x / (float)n + eps), r2 = rsqrt(s_.y / (float)n + eps);
     const float r3 = rsqrt(s_.z / (float)n + eps);
     if (sl == 0 && lid == 0) {
@@ -267,12 +280,13 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
       const floatV v = NG_WIDENV(DTYPE, xs[q]);
       if (i < nv) STX(yr, i, PN_Y(v));
     }
-    if (NG_COOP_AHEAD && r + sets < rows) {
+    if (NG_COOP_AHEAD && more) {
 #pragma unroll
       for (int q = 0; q < REG; q++) xs[q] = xn[q];
     }
   }
-#undef PN_COOP_NEXT
+#undef PN_COOP_LOAD
+#undef PN_COOP_SUMS
   (void)ng_coop_leave(sync, sets, &tk);
 #else
   /* the CPU shape never takes this kernel */

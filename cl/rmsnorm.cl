@@ -343,13 +343,17 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
    * the set's next row before it collects this row's, so the wait for the set's slowest group
    * overlaps that row's loads: xs holds this row's slice, xn the next row's. Without it each row
    * is loaded, published and collected in turn (f16 rows: the second slice took 58.6 -> 93 us at
-   * 65536 on the H100). */
+   * 65536 on the H100). Under NG_COOP_LATE (bf16) the next row's sum is formed and published
+   * after this row's collect, before its stores: the loads wait beside the collect. */
   RAWX xs[REG], xn[REG];
-#define RMS_COOP_NEXT(xv, r_, it_)                                                                 \
+#define RMS_COOP_LOAD(xv, r_)                                                                      \
   do {                                                                                             \
     NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, nv);                                               \
     /* the set's row after it, asked of L2 meanwhile (without it: 57.5 -> 73.3 us at 32768) */     \
     NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+  } while (0)
+#define RMS_COOP_SUMS(xv, it_)                                                                     \
+  do {                                                                                             \
     floatV acc = (floatV)(0.0f);                                                                   \
     _Pragma("unroll") for (int q = 0; q < REG; q++) {                                              \
       const floatV v = WIDX((xv)[q]);                                                              \
@@ -358,13 +362,23 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
     const float mine = ng_wg_sum(ng_hsum(acc), red);                                               \
     ng_coop_publish((float4)(mine, 0.0f, 0.0f, 0.0f), 1, it_, k, sl, S, sync, sets);             \
   } while (0)
-  if (NG_COOP_AHEAD && k < rows) RMS_COOP_NEXT(xs, k, 0);
+  if (NG_COOP_AHEAD && k < rows) {
+    RMS_COOP_LOAD(xs, k);
+    RMS_COOP_SUMS(xs, 0);
+  }
   uint it = 0;
   for (uint r = k; r < rows; r += sets, it++) {
     __global XT *yr = y + (ulong)r * n;
-    if (!NG_COOP_AHEAD) RMS_COOP_NEXT(xs, r, it);
-    else if (r + sets < rows) RMS_COOP_NEXT(xn, r + sets, it + 1);
+    const bool more = r + sets < rows;
+    if (!NG_COOP_AHEAD) {
+      RMS_COOP_LOAD(xs, r);
+      RMS_COOP_SUMS(xs, it);
+    } else if (more) {
+      RMS_COOP_LOAD(xn, r + sets);
+      if (!NG_COOP_LATE) RMS_COOP_SUMS(xn, it + 1);
+    }
     const float ss = ng_coop_collect(1, 0, 0, it, k, S, sync, sets, &total[it & 1]).x;
+    if (NG_COOP_LATE && more) RMS_COOP_SUMS(xn, it + 1);
     float rs = rsqrt(ss / (float)n + eps);
     if (mode == NG_CAST_NONE) rs = NG_RD1(DTYPE, rs);
     if (sl == 0 && lid == 0) rstd[r] = rs;
@@ -373,12 +387,13 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
       const uint i = c0 + (uint)q * WG;
       if (i < nv) STX(yr, i, rms_out(WIDX(xs[q]), rs, wc[q], mode));
     }
-    if (NG_COOP_AHEAD && r + sets < rows) {
+    if (NG_COOP_AHEAD && more) {
 #pragma unroll
       for (int q = 0; q < REG; q++) xs[q] = xn[q];
     }
   }
-#undef RMS_COOP_NEXT
+#undef RMS_COOP_LOAD
+#undef RMS_COOP_SUMS
   (void)ng_coop_leave(sync, sets, &tk);
 #else
   /* the CPU shape never takes this kernel: a row held by one work-item streams (above) */

@@ -761,11 +761,14 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   c->ahead = (x_dtype == NG_BF16 && (xflags & NG_COOP_AHEAD_BF16)) ||
              (x_dtype == NG_F32 && (xflags & NG_COOP_AHEAD_F32)) ||
              (x_dtype == NG_F16 && (xflags & NG_COOP_AHEAD_F16));
+  /* 16-bit rows alone: f32 ones lost (LayerNorm's forward at 65536 +10 %, docs/tuning.md) */
+  c->late = c->ahead && x_dtype != NG_F32 && (xflags & NG_COOP_LATE16);
   return true;
 }
 
 void ng_coop_opts(ng_opts *o, const ng_coop *c) {
   if (c->ahead) ng_opts_add(o, "NG_COOP_AHEAD", 1);
+  if (c->late) ng_opts_add(o, "NG_COOP_LATE", 1);
   if (c->f16_pack) ng_opts_add(o, "NG_F16_PACK", 1);
   if (c->bf16_pack) ng_opts_add(o, "NG_BF16_PACK", 1);
 }

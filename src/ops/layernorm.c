@@ -65,7 +65,13 @@ static void fwd_opts(ng_opts *o, const ng_row_launch *l, const ng_coop *cp, ng_d
  * binary before and this one alternating, two runs: 65536 68.1-68.4 -> 61.1-61.5 (0.68 ->
  * 0.75-0.76), 131072 79.9-80.4 -> 66.7-67.0 (0.58 -> 0.69), 32768 62.2-62.4 -> 60.2-60.7 (0.74 ->
  * 0.76-0.77), 24576 61.5-62.0 -> 60.1-60.7, 200 rows of 65536 36.9-37.9 -> 34.5-34.6; bf16
- * unchanged. */
+ * unchanged.
+ * Since 2026-11-28 bf16 and f16 rows form and publish the next row's pair late (NG_COOP_LATE16;
+ * this kernel after the row's stores), so that its loads wait beside this row's collect rather
+ * than before it. H200, the same binary with and without, two runs each: bf16 32768 54.0-54.9 ->
+ * 51.7-52.6 us (0.60 -> 0.62-0.63), 65536 56.4-57.0 -> 54.3 (0.57-0.58 -> 0.60); f16 53.8 ->
+ * 51.2-51.5, 55.9-57.2 -> 54.1-54.7; after the collect (RMSNorm's order) 1-2 % behind; f32 lost
+ * (99.9-100.9 -> 107.0-108.0, 108.8-109.6 -> 119.6-121.2) and keeps the order before. */
 #define LN_FWD_COOP_HOLD 2048
 static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd,
                              size_t rows, size_t n, ng_coop *c) {
@@ -73,6 +79,7 @@ static bool ln_fwd_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_d
   const size_t hold = xd == NG_BF16 || f16 ? LN_FWD_COOP_HOLD : 0;
   return ng_coop_plan_shape(ctx, l, xd, rows, n, hold,
                             NG_COOP_F32 | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 |
+                                NG_COOP_LATE16 |
                                 (f16 ? NG_COOP_F16 | NG_COOP_F16_PACK | NG_COOP_AHEAD_F16 : 0),
                             4, 1, 2, c);
 }

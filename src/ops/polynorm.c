@@ -130,8 +130,12 @@ static size_t chunk_area(const ng_row_launch *l) {
  * -> 134); f16 rows stream (65536 even, 61 us). bf16 and f32 rows publish each row's sums ahead
  * (ng_coop.ahead; H100, old and new binaries alternating, two to four runs: bf16 16384 59.7-60.5
  * -> 58.8-58.9 us, 32768 60.7-61.8 -> 57.8-58.2 (0.74-0.75 -> 0.79), 65536 63.7-64.3 ->
- * 58.8-59.4 (0.71-0.72 -> 0.78); f32 65536 132.5-133.5 -> 117.1-117.4 (0.68-0.69 -> 0.78-0.79)). */
-#define PN_FWD_COOP_X (NG_COOP_F32_FULL | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32)
+ * 58.8-59.4 (0.71-0.72 -> 0.78); f32 65536 132.5-133.5 -> 117.1-117.4 (0.68-0.69 -> 0.78-0.79)).
+ * bf16 rows form and publish the next row's sums after this row's collect (NG_COOP_LATE16,
+ * as RMSNorm's; H200, two runs: 32768 52.6-52.7 -> 49.4-49.6 us, 0.62 -> 0.66; 65536 54.1-54.9 ->
+ * 51.3-51.8, 0.60 -> 0.63; after the stores about as much, f32 +1-2 %). */
+#define PN_FWD_COOP_X                                                                              \
+  (NG_COOP_F32_FULL | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 | NG_COOP_LATE16)
 #define PN_FWD_COOP_F32_FROM 2048
 
 /* The backward's f32 rows without dW publish each row's shares ahead (ng_coop.ahead; H100, old
