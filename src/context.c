@@ -347,7 +347,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
             NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4 | NG_ROWS_HALF_MID |
             NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384 | NG_ROWS_HALF_MID_DS |
-            NG_ROWS_POLY_FZ_960 | NG_ROWS_POLY_FZ_1152);
+            NG_ROWS_POLY_FZ_960 | NG_ROWS_POLY_FZ_1152 | NG_ROWS_HOLD4_FEW);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -393,8 +393,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool fwd = mode == NG_ROWS_FWD;
   const bool wide1k = (flags & NG_ROWS_1K) != 0 && nv8 && x16 && nv > 512 && nv <= 1024 &&
                       maxwg >= 1024 && (mode == NG_ROWS_BWD_DW || mode == NG_ROWS_BWD_FROZEN);
-  const bool hold4 = (flags & NG_ROWS_HOLD4) != 0 && fwd && nv8 && x16 && nv > 2048 &&
-                     nv <= 4096 && maxwg >= 1024;
+  const bool hold4 =
+      ((flags & NG_ROWS_HOLD4) != 0 || ((flags & NG_ROWS_HOLD4_FEW) != 0 && !more)) && fwd &&
+      nv8 && x16 && nv > 2048 && nv <= 4096 && maxwg >= 1024;
   const bool w256x4 = (flags & NG_ROWS_256X4) != 0 && (fwd || mode == NG_ROWS_FWD_RAW16) && nv8 &&
                       nv > 512 && nv <= 1024 && maxwg >= 256 && more;
   const bool w256 = (flags & NG_ROWS_W256) != 0 && fwd && nv8 && nv > NG_W256_MIN && nv <= 256 &&

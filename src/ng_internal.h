@@ -532,8 +532,17 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * compute unit at most) without the prefetch, instead of split across two groups
  * (ng_rmsnorm_fwd_coop). H100, rows·N = 2^25, under NORMGRAD_TUNE beside the default, two runs:
  * bf16 56.0-56.2 -> 54.2-54.7 us (0.81-0.82 -> 0.84-0.85), f16 56.7-57.7 -> 55.7; 8 groups a
- * unit 54.7-55.2, with the prefetch 54.0-55.2. The tuner found it. */
+ * unit 54.7-55.2, with the prefetch 54.0-55.2. The tuner found it. RMSNorm's f16 rows take it;
+ * its bf16 rows NG_ROWS_HOLD4_FEW. */
 #define NG_ROWS_HOLD4 0x40000
+/* NG_ROWS_HOLD4 in calls of at most a row a compute unit alone: RMSNorm's bf16 rows split in
+ * longer calls since the split forward forms the next row's sum after this row's collect
+ * (NG_COOP_LATE). H200, bf16, rows·N = 2^25, held beside split (NORMGRAD_TUNE=reg=2), two runs:
+ * 16392 56.9-57.0 -> 50.6-51.7 us (0.58 -> 0.63-0.64), 18432 54.7-55.3 -> 46.7-47.5 (0.60 ->
+ * 0.69), 20480 52.2 -> 46.1, 24576 48.6-49.4 -> 44.0-44.7 (0.67 -> 0.73-0.74), 28672 48.3-48.4 ->
+ * 45.6-45.7, 32768 46.1-46.9 -> 44.3-44.9 (0.70-0.71 -> 0.73-0.74), 4096 rows of 32768
+ * 150.9-151.7 -> 146.2; 100 rows of 32768 11.5-13.1 -> 14.6-14.7, hence the rows condition. */
+#define NG_ROWS_HOLD4_FEW ((ng_rows_mode)1 << 35)
 /* Added to the forward's mode (NG_ROWS_FWD, NG_ROWS_FWD_RAW16) of 16-bit rows by RMSNorm, the
  * fused add and LayerNorm: on NVIDIA, rows of 513-1024 vectors (N = 4104-8192) held by 256 work-
  * items of four vectors each, a group a row without the prefetch, where there are more rows than

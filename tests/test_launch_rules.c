@@ -311,6 +311,10 @@ static const rule_case RULES[] = {
     {"256X4, 100 rows: 512 x 2", 100, 6144, FWD | X16 | NG_ROWS_256X4, 512, 2, ANY, ANY, ANY},
     /* NG_ROWS_HOLD4: 2049-4096 vectors on 1024 × 4, 16 a unit at most, no prefetch */
     {"HOLD4", 1365, 24576, FWD | X16 | NG_ROWS_HOLD4, 1024, 4, 1365, ANY, 0},
+    /* NG_ROWS_HOLD4_FEW: the same in calls of at most a row a compute unit, else 1024 × 2 (whose
+     * rows of more than 2048 vectors RMSNorm splits) */
+    {"HOLD4_FEW, 132 rows", 132, 32768, FWD | X16 | NG_ROWS_HOLD4_FEW, 1024, 4, 132, ANY, 0},
+    {"HOLD4_FEW, 133 rows", 133, 32768, FWD | X16 | NG_ROWS_HOLD4_FEW, 1024, 2, ANY, ANY, ANY},
     /* the frozen backward of 16-bit rows of 128-256 vectors: four rows a group, prefetching, at
      * least a wave; NG_ROWS_FULL1 (rows that fill the group, many rows): a group a row */
     {"frozen, four rows a group", 32768, 1024, FRZ | X16, 128, 1, 32768 / 4, ANY, 1},

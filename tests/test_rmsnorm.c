@@ -174,13 +174,14 @@ static void test_matrix(void **state) {
             }
 }
 
-/* N = 1, 7, 4097, 65536, 262144 with one row and many rows; 24584 and 32768, which 16-bit rows
- * on NVIDIA hold in groups of 1024 × 4 (NG_ROWS_HOLD4). */
+/* N = 1, 7, 4097, 65536, 262144 with one row and many rows; 24584 and 32768, which bf16 rows on
+ * NVIDIA hold in groups of 1024 × 4 in calls of at most a row a compute unit
+ * (NG_ROWS_HOLD4_FEW) and split in longer ones (the last of 24584's four slices one vector). */
 static void test_shapes(void **state) {
   (void)state;
-  const size_t shapes[][2] = {{1000, 1},    {1, 1},       {1000, 7},  {1, 7},
-                              {1, 4097},    {1000, 4097}, {1, 65536}, {1000, 65536},
-                              {3, 262144},  {3, 24584},   {64, 32768}};
+  const size_t shapes[][2] = {{1000, 1},   {1, 1},       {1000, 7},  {1, 7},
+                              {1, 4097},   {1000, 4097}, {1, 65536}, {1000, 65536},
+                              {3, 262144}, {3, 24584},   {64, 32768}, {200, 24584}};
   for (size_t i = 0; i < NG_ARRAY_LEN(shapes); i++) {
     rms_case c = {shapes[i][0], shapes[i][1], NG_BF16, NG_F32, NG_CAST_LLAMA, false, i % 2 == 0,
                   0, 0.0f, 1e-6f, 100 + i};
@@ -193,6 +194,9 @@ static void test_shapes(void **state) {
     c.mode = NG_CAST_GEMMA;
     if (shapes[i][0] * shapes[i][1] <= 5000000) run_case(&c);
   }
+  /* f16 rows of 2049-4096 vectors: on NVIDIA held by 1024 × 4 in every call (NG_ROWS_HOLD4) */
+  rms_case f16r = {200, 24584, NG_F16, NG_F32, NG_CAST_LLAMA, false, true, 0, 0.0f, 1e-6f, 119};
+  run_case(&f16r);
   /* 16-bit rows of 513-1024 vectors, more rows than an H100 has compute units: on NVIDIA the
    * forward's 256 × 4, a group a row (NG_ROWS_256X4) */
   rms_case h = {300, 6000, NG_F16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 120};

@@ -99,7 +99,8 @@ static bool fwd_splits(bool fused, ng_dtype xd, const ng_row_launch *l, size_t n
 /* The forward's launch mode: RMSNorm's 16-bit rows from N = 4096 take two rows a group on NVIDIA
  * (NG_ROWS_PAIRS: up to 512 vectors; bf16 up to 1024, NG_ROWS_PAIRS_1K, where f16 lost). Shorter
  * rows measured even with it, the fused add's lost (ng_choose_row_launch_k has the numbers).
- * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4),
+ * Rows of 2049-4096 vectors are held by groups of 1024 × 4 rather than split (NG_ROWS_HOLD4; bf16
+ * rows in calls of at most a row a compute unit alone, NG_ROWS_HOLD4_FEW),
  * rows of 513-1024 vectors (the fused add's too) by groups of 256 × 4, a group a row
  * (NG_ROWS_256X4, which takes them from NG_ROWS_PAIRS_1K where there are enough rows). The fused
  * add's bf16 rows of 1024 vectors take 512 × 2 on a grid instead (NG_ROWS_512X2), and its f32
@@ -111,7 +112,8 @@ static ng_rows_mode fwd_mode(bool fused, size_t n, ng_dtype xd) {
     return NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 | NG_ROWS_FWD_128X4 |
            (xd == NG_BF16 ? NG_ROWS_512X2 : 0);
   const int pairs = n < 4096 ? 0 : xd == NG_BF16 ? NG_ROWS_PAIRS_1K : NG_ROWS_PAIRS;
-  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | NG_ROWS_HOLD4 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4;
+  const ng_rows_mode hold4 = xd == NG_BF16 ? NG_ROWS_HOLD4_FEW : NG_ROWS_HOLD4;
+  return NG_ROWS_FWD | NG_ROWS_X16 | pairs | hold4 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4;
 }
 /* The forward's f32 and f16 rows split too, f32 with bf16's four vectors a work-item (H100,
  * rows·N = 2^25, streaming -> split, two runs: f32 65536 143.2-144.1 -> 123.6-124.6 us, 32768
