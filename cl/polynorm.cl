@@ -71,9 +71,14 @@ inline float pn_ld_param(__global const uchar *p, ulong i, int dt) {
     a2 = fma(v2_, v2_, a2);                                                                          \
     a3 = fma(v3_, v3_, a3);                                                                          \
   } while (0)
-/* y of x v (a vector or a chunk; v a plain variable: it is named five times) with the row's k3,
- * k2, k1 and the bias bb, the one expression of every path */
-#define PN_Y(v) (((k3 * (((v) * (v)) * (v)) + k2 * ((v) * (v))) + k1 * (v)) + bb)
+/* y of x v (a vector or a chunk; v a plain variable: it is named three times) with the row's k3,
+ * k2, k1 and the bias bb, the one expression of every path: by Horner's rule, three
+ * multiply-adds where the sum of the three terms took six operations (the same f32 polynomial,
+ * rounded differently). The held forward runs one group of 1024 per compute unit, whose row
+ * arithmetic memory does not hide: H200, bf16, rows·N = 2^25, two rounds, 4096 45.3-45.5 ->
+ * 43.7-44.3 us, 8192 45.2-45.4 -> 43.4-44.0, 16384 48.5-49.1 -> 46.6-47.0, the split rows at
+ * 32768 49.7-50.1 -> 47.7-48.4 and 65536 51.9-52.7 -> 50.5-51.6, f16 8192 -3.4 %. */
+#define PN_Y(v) (((k3 * (v) + k2) * (v) + k1) * (v) + bb)
 /* GPU shape: the row's three sums over the work-group, its rstds (stored), and k3, k2, k1 */
 #define PN_GPU_ROW_STATS()                                                                           \
   const float4 s_ = ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);       \
