@@ -290,7 +290,7 @@ typedef struct ng_coop {
   ng_row_launch l;
   unsigned slices, sets;
   bool ahead; /* each group publishes the next row's shares before it collects this row's */
-  bool late; /* with ahead: the next row's shares formed after this row's collect (NG_COOP_LATE) */
+  bool late; /* with ahead: the next row's shares formed late (NG_COOP_LATE; where, the kernel) */
   bool f16_pack;  /* f16 rows widened pair by pair (NG_COOP_F16_PACK) */
   bool bf16_pack; /* bf16 rows widened pair by pair (NG_COOP_BF16_PACK) */
   unsigned red_f; /* its reducers' rows in flight where the op sets them, else 0: NG_COOP_RED_F */
@@ -312,7 +312,8 @@ typedef struct ng_coop {
 /* and the f16 rows that publish each row's shares ahead (ng_coop.ahead) */
 #define NG_COOP_AHEAD_F16 128u
 /* and, of those published ahead, the 16-bit rows whose forward forms and publishes the next
- * row's shares after this row's collect (ng_coop.late; NG_COOP_LATE in cl/ng_common.clh) */
+ * row's shares after this row's collect, or after its stores where the kernel says so
+ * (LayerNorm's) (ng_coop.late; NG_COOP_LATE in cl/ng_common.clh) */
 #define NG_COOP_LATE16 256u
 /* The split kernel's build options of plan c (NG_COOP_AHEAD, NG_COOP_LATE, NG_F16_PACK,
  * NG_BF16_PACK) */

@@ -265,9 +265,10 @@ static unsigned coop_x(bool fused, bool has_ds) {
  * 78.7-78.8 at 32768; with the reducers' eight rows (64) on four 79.0-79.2 (0.57 -> 0.62) and
  * 76.3-77.2 (0.60 -> 0.64-0.65), the fused add without ds_out at 65536 86.0-86.2 -> 79.4-79.9;
  * on three 82.9-83.7 and 77.9-78.6. This build against c6f8b74: 85.9-86.6 -> 78.7-79.0,
- * 80.1-80.9 -> 76.2-77.0. The H100 was not lent to measure it. The frozen pass keeps three groups: four gained 2-4 % on the H200 (64.4-64.5 -> 62.9-63.1
- * us at 32768, 66.1-66.3 -> 63.9 at 65536) but lost on the H100 (below). H100, bf16, rows·N =
- * 2^25, the binary before the ahead exchange (a3d7bdb) -> this one, alternating, two runs: frozen
+ * 80.1-80.9 -> 76.2-77.0. The H100 was not lent to measure it. The frozen pass keeps three
+ * groups: four gained 2-4 % on the H200 (64.4-64.5 -> 62.9-63.1 us at 32768, 66.1-66.3 -> 63.9
+ * at 65536) but lost on the H100 (below). H100, bf16, rows·N = 2^25, the binary before the ahead
+ * exchange (a3d7bdb) -> this one, alternating, two runs: frozen
  * 65536 85.0-85.7 -> 78.0-78.5 us (0.81 -> 0.88), 32768 82.7-83.2 -> 76.7-77.5 (0.83 -> 0.89);
  * with dW 32768 92.7-92.8 -> 87.2-87.6 (0.74 -> 0.79), 65536 95.7 -> 93.2-94.5 (0.72 -> 0.73-0.74;
  * the 256 × 4 one-row loop of 84a6516 measured 91.9-93.7 there). With dW, w' in local memory
