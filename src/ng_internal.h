@@ -838,6 +838,11 @@ size_t ng_variant_n(size_t i);
  * (RAW_ROWS; src/ops/rmsnorm.c has the measurements) */
 bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, bool has_ds);
 
+/* Whether PolyNorm's forward splits `rows` rows of n values of dtype xd across work-groups
+ * (ng_polynorm_fwd_coop) on ctx's device, for vector-aligned buffers: the plan its forward
+ * takes, for tests of the rule (polynorm.c). */
+bool ng_polynorm_fwd_splits(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd);
+
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what
  * `out` holds when `accumulate`. Get the program first, with the op's other programs, so a

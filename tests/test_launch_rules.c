@@ -401,12 +401,42 @@ static void test_other_rules(void **state) {
   ng_context_release(c);
 }
 
+/* PolyNorm's forward splits bf16 rows past 2048 vectors, f16 rows of 2049-4096 vectors alone
+ * (PN_FWD_COOP_F16_TO) in calls of at least three rows a compute unit (396 here); other f16
+ * rows stream. */
+static void test_poly_fwd_split(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const struct {
+    size_t rows, n; /* rows 0: rows·N = 2^25 */
+    ng_dtype xd;
+    bool split;
+  } cases[] = {{0, 16384, NG_F16, false},   {0, 16392, NG_F16, true},
+               {0, 32768, NG_F16, true},    {0, 32776, NG_F16, false},
+               {0, 65536, NG_F16, false},   {396, 32768, NG_F16, true},
+               {395, 32768, NG_F16, false}, {100, 24576, NG_F16, false},
+               {0, 16392, NG_BF16, true},   {0, 32776, NG_BF16, true},
+               {0, 65536, NG_BF16, true},   {100, 32768, NG_BF16, true}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
+    const size_t rows = cases[i].rows ? cases[i].rows : ((size_t)1 << 25) / cases[i].n;
+    if (ng_polynorm_fwd_splits(c, rows, cases[i].n, cases[i].xd) != cases[i].split)
+      fail_msg("%zu rows of %zu, %s: expected %s", rows, cases[i].n,
+               cases[i].xd == NG_F16 ? "f16" : "bf16", cases[i].split ? "split" : "not split");
+  }
+  /* forced on (NG_TUNE_FUSED_REDUCE = 2, as the tests' split cases), small calls split too */
+  NG_OK(ng_context_override(c, NG_TUNE_FUSED_REDUCE, 2));
+  assert_true(ng_polynorm_fwd_splits(c, 3, 32768, NG_F16));
+  assert_false(ng_polynorm_fwd_splits(c, 3, 32776, NG_F16));
+  ng_context_release(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
       cmocka_unit_test(test_half_mid), cmocka_unit_test(test_half_mid_ds),
       cmocka_unit_test(test_poly_f16_3),
       cmocka_unit_test(test_other_rules),
+      cmocka_unit_test(test_poly_fwd_split),
   };
   return NG_RUN_GROUP_TESTS(tests, NULL, NULL);
 }

@@ -127,16 +127,26 @@ static size_t chunk_area(const ng_row_launch *l) {
 #define PN_FWD_COOP_HOLD 2048
 /* f32 rows split with bf16's four vectors a work-item beyond what the launch holds (65536 142 ->
  * 131-132 us, 32768 even at 123-124, but 16384 117.5 -> 122-123; with two vectors 32768 lost, 124
- * -> 134); f16 rows stream (65536 even, 61 us). bf16 and f32 rows publish each row's sums ahead
+ * -> 134). bf16 and f32 rows publish each row's sums ahead
  * (ng_coop.ahead; H100, old and new binaries alternating, two to four runs: bf16 16384 59.7-60.5
  * -> 58.8-58.9 us, 32768 60.7-61.8 -> 57.8-58.2 (0.74-0.75 -> 0.79), 65536 63.7-64.3 ->
  * 58.8-59.4 (0.71-0.72 -> 0.78); f32 65536 132.5-133.5 -> 117.1-117.4 (0.68-0.69 -> 0.78-0.79)).
  * bf16 rows form and publish the next row's sums after this row's collect (NG_COOP_LATE16,
  * as RMSNorm's; H200, two runs: 32768 52.6-52.7 -> 49.4-49.6 us, 0.62 -> 0.66; 65536 54.1-54.9 ->
- * 51.3-51.8, 0.60 -> 0.63; after the stores about as much, f32 +1-2 %). */
+ * 51.3-51.8, 0.60 -> 0.63; after the stores about as much, f32 +1-2 %). f16 rows of 2049-4096
+ * vectors split as bf16's, their bits widened pair by pair (NG_COOP_F16_PACK: 100 registers), in
+ * calls of at least three rows a compute unit (H200, f16, streaming -> split, two runs: 1365 rows
+ * of 24576 57.5-58.3 -> 48.1-48.8 us, 0.56 -> 0.68; 1024 of 32768 52.1-52.6 -> 47.2-47.7, 0.63
+ * -> 0.69; 2047 of 16392 -2.6 %; 400 of 32768 -2.3 %, but 200 +21 % and 100-132 +28-30 %).
+ * Longer f16 rows stream (65536 48.9-49.5 -> 49.6-50.2 split; on the H100 even, 61 us, before
+ * the pairs and the sums ahead). Forced on (NG_TUNE_FUSED_REDUCE = 2) the rows' bound is lifted,
+ * so that the tests' small calls reach the split. */
 #define PN_FWD_COOP_X                                                                              \
-  (NG_COOP_F32_FULL | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 | NG_COOP_LATE16)
+  (NG_COOP_F32_FULL | NG_COOP_F16 | NG_COOP_F16_PACK | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 |    \
+   NG_COOP_AHEAD_F16 | NG_COOP_LATE16)
 #define PN_FWD_COOP_F32_FROM 2048
+#define PN_FWD_COOP_F16_TO 4096
+#define PN_FWD_COOP_F16_ROWS_PER_CU 3
 
 /* The backward's f32 rows without dW publish each row's shares ahead (ng_coop.ahead; H100, old
  * and new binaries alternating, two runs: 65536 with dB alone 183.4-184.9 -> 160.5-160.9 us,
@@ -151,6 +161,10 @@ static size_t chunk_area(const ng_row_launch *l) {
 static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                       size_t n, bool bwd, bool dw, ng_coop *c) {
   if (xd == NG_F32 && n / l->vec <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
+  const size_t f16_rows = PN_FWD_COOP_F16_ROWS_PER_CU * (size_t)ctx->info.compute_units;
+  if (!bwd && xd == NG_F16 &&
+      (n / l->vec > PN_FWD_COOP_F16_TO || (ctx->fused_reduce == 0 && rows < f16_rows)))
+    return false;
   if (!bwd) return ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
   if (!ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X | (dw ? 0 : PN_COOP_AHEAD), c))
     return false;
@@ -201,6 +215,13 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
   if (l.groups == 0) l.groups = 1;
   return l;
+}
+
+bool ng_polynorm_fwd_splits(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd) {
+  const ng_polynorm_params p = {rows, n, 1e-6f};
+  const ng_row_launch l = launch(ctx, &p, true, false, false, false, xd);
+  ng_coop cp;
+  return coop_plan(ctx, &l, xd, rows, n, false, false, &cp);
 }
 
 ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,

@@ -121,13 +121,18 @@ static ng_rows_mode fwd_mode(bool fused, size_t n, ng_dtype xd) {
  * bf16 and f32 rows publish each row's sum ahead (ng_coop.ahead; H100, old and new binaries
  * alternating, four runs: bf16 65536 59.5-60.1 -> 55.5-56.4 us (0.77 -> 0.82), 131072 63.2-64.3
  * -> 54.9-57.3 (0.72 -> 0.80-0.83), 32768 57.6-57.9 -> 56.6-57.0; f32 65536 124.5-126.6 ->
- * 115.8-117.2 (0.72-0.74 -> 0.78-0.79)); f16 rows lost with the second slice (58.6-59.1 ->
- * 92.6-94.0) and do not. bf16 rows form and publish the next row's sum after this row's
- * collect, before its stores (NG_COOP_LATE16: the next row's loads then wait beside the
- * collect; H200, the same binary with and without, two runs: 65536 45.5-46.2 -> 44.1-44.7 us,
- * 0.71-0.72 -> 0.74; 32768 even; f32 even, and kept first, ng_coop_plan_shape). */
+ * 115.8-117.2 (0.72-0.74 -> 0.78-0.79)). 16-bit rows form and publish the next row's sum
+ * after this row's collect, before its stores (NG_COOP_LATE16: the next row's loads then wait
+ * beside the collect; H200, bf16, the same binary with and without, two runs: 65536 45.5-46.2
+ * -> 44.1-44.7 us, 0.71-0.72 -> 0.74; 32768 even; f32 even, and kept first,
+ * ng_coop_plan_shape). f16 rows publish ahead with their bits widened pair by pair
+ * (NG_COOP_F16_PACK: 125 registers, two groups a compute unit; with vload_half8 the second
+ * slice had lost on the H100, 58.6-59.1 -> 92.6-94.0 us at 65536): H200, f16, the same binary
+ * with and without, two runs, 65536 51.6 -> 43.8-45.1 us (0.63 -> 0.72-0.75); 32768, which
+ * 1024 × 4 holds, unchanged. */
 #define FWD_COOP_X                                                                                 \
-  (NG_COOP_F32_FULL | NG_COOP_F16 | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 | NG_COOP_LATE16)
+  (NG_COOP_F32_FULL | NG_COOP_F16 | NG_COOP_F16_PACK | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 |    \
+   NG_COOP_AHEAD_F16 | NG_COOP_LATE16)
 
 /* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
 static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
