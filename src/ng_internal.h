@@ -842,6 +842,10 @@ bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, 
  * (ng_polynorm_fwd_coop) on ctx's device, for vector-aligned buffers: the plan its forward
  * takes, for tests of the rule (polynorm.c). */
 bool ng_polynorm_fwd_splits(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd);
+/* RMSNorm's forward plan of `rows` rows of n values of dtype xd split across work-groups
+ * (ng_rmsnorm_fwd_coop), for vector-aligned buffers: whether they split, and into *c how (its
+ * flags: the sums ahead, late, the f16 pairs), for tests of the rule (rmsnorm.c). */
+bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
 
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what

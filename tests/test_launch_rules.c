@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static ng_context *h100(void) {
   ng_test_env *env = ng_test_env_get();
@@ -430,6 +431,37 @@ static void test_poly_fwd_split(void **state) {
   ng_context_release(c);
 }
 
+/* RMSNorm's forward splits 16-bit rows past 4096 vectors (those of 2049-4096 in calls of more
+ * rows than compute units, NG_ROWS_HOLD4_FEW, bf16 only) and f32 rows past 1024 vectors, and
+ * publishes each row's sum ahead; 16-bit rows late, f16 rows with their bits widened pair by
+ * pair (NG_COOP_F16_PACK). */
+static void test_rms_fwd_split(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const struct {
+    size_t rows, n;
+    ng_dtype xd;
+    bool split, late, f16_pack;
+  } cases[] = {{512, 65536, NG_F16, true, true, true},
+               {256, 131072, NG_F16, true, true, true},
+               {1024, 32768, NG_F16, false, false, false}, /* held: NG_ROWS_HOLD4 */
+               {512, 65536, NG_BF16, true, true, false},
+               {1024, 32768, NG_BF16, true, true, false},
+               {100, 32768, NG_BF16, false, false, false}, /* held: NG_ROWS_HOLD4_FEW */
+               {256, 65536, NG_F32, true, false, false}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
+    ng_coop cp;
+    memset(&cp, 0, sizeof cp);
+    const bool split = ng_rmsnorm_fwd_plan(c, cases[i].rows, cases[i].n, cases[i].xd, &cp);
+    if (split != cases[i].split || (split && (!cp.ahead || cp.late != cases[i].late ||
+                                              cp.f16_pack != cases[i].f16_pack)))
+      fail_msg("%zu rows of %zu, dtype %d: split %d ahead %d late %d f16_pack %d", cases[i].rows,
+               cases[i].n, (int)cases[i].xd, split, split && cp.ahead, split && cp.late,
+               split && cp.f16_pack);
+  }
+  ng_context_release(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
@@ -437,6 +469,7 @@ int main(void) {
       cmocka_unit_test(test_poly_f16_3),
       cmocka_unit_test(test_other_rules),
       cmocka_unit_test(test_poly_fwd_split),
+      cmocka_unit_test(test_rms_fwd_split),
   };
   return NG_RUN_GROUP_TESTS(tests, NULL, NULL);
 }

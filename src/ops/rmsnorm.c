@@ -134,6 +134,18 @@ static ng_rows_mode fwd_mode(bool fused, size_t n, ng_dtype xd) {
   (NG_COOP_F32_FULL | NG_COOP_F16 | NG_COOP_F16_PACK | NG_COOP_AHEAD_BF16 | NG_COOP_AHEAD_F32 |    \
    NG_COOP_AHEAD_F16 | NG_COOP_LATE16)
 
+/* The forward's plan of rows split across groups for launch l, if they split (FWD_COOP_X). */
+static bool fwd_plan(const ng_context *ctx, bool fused, const ng_row_launch *l, ng_dtype xd,
+                     size_t rows, size_t n, ng_coop *c) {
+  return fwd_splits(fused, xd, l, n) && ng_coop_plan(ctx, l, xd, rows, n, 0, FWD_COOP_X, c);
+}
+
+bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c) {
+  const ng_row_launch l =
+      ng_choose_row_launch_k(ctx, "rmsnorm.fwd", rows, n, true, fwd_mode(false, n, xd));
+  return fwd_plan(ctx, false, &l, xd, rows, n, c);
+}
+
 /* Forward; with `fused`, residual and s are required and y = RMSNorm(s = rd(x + residual)). */
 static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_rmsnorm_params *p,
                              bool fused, ng_tensor x, ng_tensor residual, ng_tensor weight,
@@ -160,8 +172,8 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
    * a counter area (fwd_coop says why not the fused add's) */
   ng_coop cp;
   cl_mem sync = NULL;
-  if (fwd_splits(fused, x.dtype, &l, p->n))
-    s = ng_coop_begin(ctx, queue, &l, x.dtype, p->rows, p->n, 0, FWD_COOP_X, &cp, &sync);
+  if (fwd_plan(ctx, fused, &l, x.dtype, p->rows, p->n, &cp))
+    s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
   ng_opts o;
@@ -632,9 +644,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
               const bool coop =
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
                                           (size_t)1 << 20, n, &cp)
-                           : fwd_splits(fused, fl[xi], &l, n) &&
-                                 ng_coop_plan(ctx, &l, fl[xi], (size_t)1 << 20, n, 0, FWD_COOP_X,
-                                              &cp);
+                           : fwd_plan(ctx, fused, &l, fl[xi], (size_t)1 << 20, n, &cp);
               if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, fl[xi], NULL, n, &cp);
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
