@@ -774,14 +774,6 @@ void ng_coop_opts(ng_opts *o, const ng_coop *c) {
   if (c->bf16_pack) ng_opts_add(o, "NG_BF16_PACK", 1);
 }
 
-ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
-                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, unsigned xflags,
-                        ng_coop *c, cl_mem *sync) {
-  *sync = NULL;
-  if (!ng_coop_plan(ctx, l, x_dtype, rows, n, hold, xflags, c)) return NG_SUCCESS;
-  return ng_coop_sync(ctx, q, c, sync);
-}
-
 ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync) {
   *sync = NULL;
   /* tickets, done count, a counter per set and bank, from an even index the banks of shares

@@ -326,19 +326,14 @@ void ng_coop_opts(ng_opts *o, const ng_coop *c);
  * same bits), and on `rows` only through the set count. */
 bool ng_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype, size_t rows,
                   size_t n, size_t hold, unsigned xflags, ng_coop *c);
-/* ng_coop_plan, and the counter area of queue q for its kernel: *sync is retained for the caller
- * (who releases it after the enqueue), or NULL when the rows are not split (no plan, or q gets no
- * counter area). Errors only from making the area. */
-ng_status ng_coop_begin(ng_context *ctx, cl_command_queue q, const ng_row_launch *l,
-                        ng_dtype x_dtype, size_t rows, size_t n, size_t hold, unsigned xflags,
-                        ng_coop *c, cl_mem *sync);
 /* ng_coop_plan for a kernel of `reg` vectors a work-item in a bf16 slice (ng_coop_plan's:
  * NG_COOP_REG; xflags say what f32 and f16 slices take) that keeps `lslots` float vectors per
  * such vector in local memory (1) and runs `per_cu` groups per compute unit (2) */
 bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype x_dtype,
                         size_t rows, size_t n, size_t hold, unsigned xflags, unsigned reg,
                         unsigned lslots, unsigned per_cu, ng_coop *c);
-/* The counter area of queue q for plan c's kernel (ng_coop_begin's second half). */
+/* The counter area of queue q for plan c's kernel: *sync is retained for the caller (who releases
+ * it after the enqueue), or NULL when q gets no counter area. Errors only from making the area. */
 ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync);
 /* Bytes of the split kernel's partials: per section (dW, dB) one row of n floats per set. */
 ng_status ng_coop_partials(const ng_coop *c, size_t n, size_t sections, size_t *bytes);
@@ -838,14 +833,12 @@ size_t ng_variant_n(size_t i);
  * (RAW_ROWS; src/ops/rmsnorm.c has the measurements) */
 bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, bool has_ds);
 
-/* Whether PolyNorm's forward splits `rows` rows of n values of dtype xd across work-groups
- * (ng_polynorm_fwd_coop) on ctx's device, for vector-aligned buffers: the plan its forward
- * takes, for tests of the rule (polynorm.c). */
-bool ng_polynorm_fwd_splits(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd);
-/* RMSNorm's forward plan of `rows` rows of n values of dtype xd split across work-groups
- * (ng_rmsnorm_fwd_coop), for vector-aligned buffers: whether they split, and into *c how (its
- * flags: the sums ahead, late, the f16 pairs), for tests of the rule (rmsnorm.c). */
+/* RMSNorm's and PolyNorm's forward plans of `rows` rows of n values of dtype xd split across
+ * work-groups (ng_rmsnorm_fwd_coop, ng_polynorm_fwd_coop) on ctx's device, for vector-aligned
+ * buffers: whether they split, and into *c how (its flags: the sums ahead, late, the f16
+ * pairs); the plans the forwards take, for tests of the rules (rmsnorm.c, polynorm.c). */
 bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
+bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
 
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what

@@ -403,8 +403,9 @@ static void test_other_rules(void **state) {
 }
 
 /* PolyNorm's forward splits bf16 rows past 2048 vectors, f16 rows of 2049-4096 vectors alone
- * (PN_FWD_COOP_F16_TO) in calls of at least three rows a compute unit (396 here); other f16
- * rows stream. */
+ * (PN_FWD_COOP_F16_TO) in calls of at least three rows a compute unit (396 here), publishing
+ * each row's sums ahead and late, f16 rows with their bits widened pair by pair; other f16 rows
+ * stream. */
 static void test_poly_fwd_split(void **state) {
   (void)state;
   ng_context *c = h100();
@@ -420,14 +421,21 @@ static void test_poly_fwd_split(void **state) {
                {0, 65536, NG_BF16, true},   {100, 32768, NG_BF16, true}};
   for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
     const size_t rows = cases[i].rows ? cases[i].rows : ((size_t)1 << 25) / cases[i].n;
-    if (ng_polynorm_fwd_splits(c, rows, cases[i].n, cases[i].xd) != cases[i].split)
+    ng_coop cp;
+    memset(&cp, 0, sizeof cp);
+    const bool split = ng_polynorm_fwd_plan(c, rows, cases[i].n, cases[i].xd, &cp);
+    if (split != cases[i].split)
       fail_msg("%zu rows of %zu, %s: expected %s", rows, cases[i].n,
                cases[i].xd == NG_F16 ? "f16" : "bf16", cases[i].split ? "split" : "not split");
+    if (split && (!cp.ahead || !cp.late || cp.f16_pack != (cases[i].xd == NG_F16)))
+      fail_msg("%zu rows of %zu: ahead %d late %d f16_pack %d", rows, cases[i].n, cp.ahead,
+               cp.late, cp.f16_pack);
   }
   /* forced on (NG_TUNE_FUSED_REDUCE = 2, as the tests' split cases), small calls split too */
   NG_OK(ng_context_override(c, NG_TUNE_FUSED_REDUCE, 2));
-  assert_true(ng_polynorm_fwd_splits(c, 3, 32768, NG_F16));
-  assert_false(ng_polynorm_fwd_splits(c, 3, 32776, NG_F16));
+  ng_coop cp;
+  assert_true(ng_polynorm_fwd_plan(c, 3, 32768, NG_F16, &cp));
+  assert_false(ng_polynorm_fwd_plan(c, 3, 32776, NG_F16, &cp));
   ng_context_release(c);
 }
 

@@ -161,9 +161,10 @@ static size_t chunk_area(const ng_row_launch *l) {
 static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd, size_t rows,
                       size_t n, bool bwd, bool dw, ng_coop *c) {
   if (xd == NG_F32 && n / l->vec <= (bwd ? PN_COOP_F32_FROM : PN_FWD_COOP_F32_FROM)) return false;
-  const size_t f16_rows = PN_FWD_COOP_F16_ROWS_PER_CU * (size_t)ctx->info.compute_units;
   if (!bwd && xd == NG_F16 &&
-      (n / l->vec > PN_FWD_COOP_F16_TO || (ctx->fused_reduce == 0 && rows < f16_rows)))
+      (n / l->vec > PN_FWD_COOP_F16_TO ||
+       (ctx->fused_reduce == 0 &&
+        rows < PN_FWD_COOP_F16_ROWS_PER_CU * (size_t)ctx->info.compute_units)))
     return false;
   if (!bwd) return ng_coop_plan(ctx, l, xd, rows, n, PN_FWD_COOP_HOLD, PN_FWD_COOP_X, c);
   if (!ng_coop_plan(ctx, l, xd, rows, n, PN_COOP_HOLD, PN_COOP_X | (dw ? 0 : PN_COOP_AHEAD), c))
@@ -217,11 +218,10 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
   return l;
 }
 
-bool ng_polynorm_fwd_splits(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd) {
+bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c) {
   const ng_polynorm_params p = {rows, n, 1e-6f};
   const ng_row_launch l = launch(ctx, &p, true, false, false, false, xd);
-  ng_coop cp;
-  return coop_plan(ctx, &l, xd, rows, n, false, false, &cp);
+  return coop_plan(ctx, &l, xd, rows, n, false, false, c);
 }
 
 ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
