@@ -189,7 +189,8 @@ typedef enum ng_tune {
                               row loops ask for what they read from memory 2 KB ahead (on by
                               default there), or as many bytes ahead as a value of 64-65536
                               (a power of two) says; on a GPU such a value means on */
-  NG_TUNE_TABLE = 6,       /* 1 = ignore the tuned table (tuning.txt), 2 or AUTO = use it */
+  NG_TUNE_TABLE = 6,       /* 1 = ignore the tuned table (tuning.txt) and the built-in one
+                              (src/tuning.c, by device name), 2 or AUTO = use them */
   NG_TUNE_FUSED_REDUCE = 7 /* 1 = parameter gradients summed by a separate kernel, 2 = by the
                               last work-groups of the backward kernel itself (AUTO: on NVIDIA);
                               for GroupNorm's forward, 1 / 2 = the one-pass kernel off / on
@@ -218,6 +219,13 @@ NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned val
  *  written), NG_ERR_HOST_OUT_OF_MEMORY. Thread-safe; does not change this context's launches. */
 NG_API ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n,
                                  const unsigned *values, const char *comment);
+/** ng_tuning_store for calls whose x has one dtype (f32, f16 or bf16) alone: the line is that
+ *  dtype's, and comes before a line for every dtype in the same bucket; ng_tuning_store's line
+ *  serves every dtype and replaces the bucket's lines of single dtypes. A launch can gain in one
+ *  dtype and lose in another (docs/tuning.md); `normgrad-cli tune` stores the dtype it tuned.
+ *  Errors: as ng_tuning_store, and NG_ERR_UNSUPPORTED_DTYPE for another dtype. */
+NG_API ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtype,
+                                       size_t n, const unsigned *values, const char *comment);
 
 /** What ng_tune_gemm measured: one row-major SGEMM of size³ (wall time, median of 3). */
 typedef struct ng_gemm_tune_result {

@@ -333,12 +333,13 @@ size_t ng_max_pow2_wg(const ng_context *ctx) {
 
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    ng_rows_mode mode) {
-  return ng_choose_row_launch_k(ctx, NULL, rows, n, vec_ok, mode);
+  return ng_choose_row_launch_k(ctx, NULL, NG_BF16, rows, n, vec_ok, mode);
 }
 
-/* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table, then the defaults. */
-ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
-                                     size_t n, bool vec_ok, ng_rows_mode mode) {
+/* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table (tuning.txt), then the
+ * built-in table (src/tuning.c), then the rules below. */
+ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng_dtype xd,
+                                     size_t rows, size_t n, bool vec_ok, ng_rows_mode mode) {
   const ng_rows_mode flags = mode;
   mode &= ~(NG_ROWS_X16 | NG_ROWS_FEW | NG_ROWS_ONE | NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K |
             NG_ROWS_MANY | NG_ROWS_POLY_DW | NG_ROWS_POLY_DB | NG_ROWS_1K | NG_ROWS_MANY_2K |
@@ -360,7 +361,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   const bool backward = mode == NG_ROWS_BWD_DW; /* partials: a resident persistent grid */
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
-  ng_tuned_lookup(ctx, kind, n, tune);
+  ng_tuned_lookup(ctx, kind, xd, n, tune);
   if (mode == NG_ROWS_BWD_FROZEN && kind) {
     /* dx must be the same bits frozen or not: the work-group shape (which fixes the reduction
      * order) is the backward-with-dW kind's; only the grid and prefetch are the frozen kind's */
@@ -370,7 +371,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
     if (len > suffix && len - suffix < sizeof dw_kind) {
       memcpy(dw_kind, kind, len - suffix);
       dw_kind[len - suffix] = '\0';
-      ng_tuned_lookup(ctx, dw_kind, n, shape);
+      ng_tuned_lookup(ctx, dw_kind, xd, n, shape);
     }
     tune[NG_TUNE_WORKGROUP] = shape[NG_TUNE_WORKGROUP];
     tune[NG_TUNE_REG_COLS] = shape[NG_TUNE_REG_COLS];
@@ -635,6 +636,9 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, si
   if (g > UINT32_MAX / 1024) g = UINT32_MAX / 1024; /* global size = groups·wg fits 32 bits */
   if (g == 0) g = 1;
   l.groups = (unsigned)g;
+  l.asked_wg = tune[NG_TUNE_WORKGROUP];
+  l.asked_groups = tune[NG_TUNE_GROUPS];
+  l.asked_prefetch = tune[NG_TUNE_PREFETCH];
   return l;
 }
 
@@ -685,10 +689,11 @@ ng_status ng_partials_scratch_any(const ng_context *ctx, const char *kind, ng_ro
                                   size_t hold, unsigned xflags, size_t *bytes) {
   ng_status s = NG_SUCCESS;
   *bytes = 0;
-  for (int i = 0; i < 4 && s == NG_SUCCESS; i++) { /* vector-aligned or not × f32 or 16-bit */
-    const ng_dtype xd = i & 2 ? NG_BF16 : NG_F32;
-    const ng_row_launch l =
-        ng_choose_row_launch_k(ctx, kind, rows, n, i & 1, ng_bwd_mode(true, xd) | mode_flags);
+  /* vector-aligned or not × each dtype (the built-in table's entries are by dtype) */
+  for (int i = 0; i < 6 && s == NG_SUCCESS; i++) {
+    const ng_dtype xd = i < 2 ? NG_F32 : i < 4 ? NG_BF16 : NG_F16;
+    const ng_row_launch l = ng_choose_row_launch_k(ctx, kind, xd, rows, n, i & 1,
+                                                   ng_bwd_mode(true, xd) | mode_flags);
     size_t b = 0, bc = 0;
     s = ng_partials_scratch(ctx, &l, rows, n, sections, row_floats, &b);
     /* the rows split across groups, where they may be (a queue without a counter area falls
@@ -732,7 +737,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
   if (hold && hold < fits) fits = hold;
   if (nv <= fits) return false;
   ng_row_launch cl = *l;
-  if (!ctx->tune[NG_TUNE_WORKGROUP]) cl.wg = NG_COOP_WG;
+  if (!l->asked_wg) cl.wg = NG_COOP_WG; /* an override's or a table's group size stands */
   if (cl.wg > ng_max_pow2_wg(ctx)) cl.wg = (unsigned)ng_max_pow2_wg(ctx);
   if (cl.wg < 4) return false; /* PolyNorm's kernel sums its four gradient columns in one pass */
   cl.reg_cols = reg;
@@ -746,8 +751,7 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
    * weight */
   if ((size_t)cl.wg * cl.reg_cols * 8 * 4 * lslots + (size_t)cl.wg * 8 + 64 > ctx->info.local_mem)
     return false;
-  size_t g = ctx->tune[NG_TUNE_GROUPS] ? ctx->tune[NG_TUNE_GROUPS]
-                                        : (size_t)ctx->info.compute_units * per_cu;
+  size_t g = l->asked_groups ? l->asked_groups : (size_t)ctx->info.compute_units * per_cu;
   size_t sets = g / slices;
   if (sets > rows) sets = rows;
   if (sets > ((size_t)1 << 16)) sets = (size_t)1 << 16;

@@ -53,6 +53,7 @@ typedef struct ng_disk_cache {
 typedef struct ng_tuned_entry {
   int kind;       /* index into tuning.c's kind table */
   unsigned log2n; /* row-length bucket */
+  int dtype;      /* the x dtype it serves (ng_dtype), or -1: every dtype */
   unsigned v[NG_TUNE_SLOTS];
 } ng_tuned_entry;
 
@@ -246,6 +247,10 @@ typedef struct ng_row_launch {
   unsigned cpu_pf;   /* CPU: how far ahead the row loops ask for the streams they read from
                         memory (NG_PF_MEM): 0 the kernels' NG_PF_FAR, NG_CPU_PF_OFF none, else
                         that many bytes (NG_TUNE_PREFETCH) */
+  /* What the override, the tuned table or the built-in table asked of this launch (0: nothing,
+   * the rules' choice), for the plans built on it (ng_coop_plan, the ops' prefetch rules), which
+   * must not overrule an asked value with a rule of their own */
+  unsigned asked_wg, asked_groups, asked_prefetch;
 } ng_row_launch;
 #define NG_CPU_PF_OFF 1u
 #define NG_CPU_PF_DEFAULT 2048u /* cl/ng_common.clh's NG_PF_FAR (test_gpu_programs checks) */
@@ -426,11 +431,25 @@ ng_status ng_tuning_write_line(ng_context *ctx, const char *key, const char *lin
 /* Apply "NAME=VALUE …" as CLBlast's single-precision Xgemm parameters for the context's device
  * (process-wide in CLBlast). Returns false when CLBlast refused them (gemm.c). */
 bool ng_gemm_apply_xgemm(const ng_context *ctx, const char *params);
-/* The tuned values for `kind` ("rmsnorm.bwd", …) at row length n; false when none. */
-bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]);
-/* ng_choose_row_launch for a kernel kind that may have tuned values. */
-ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, size_t rows,
-                                     size_t n, bool vec_ok, ng_rows_mode mode);
+/* An entry of the built-in table (src/tuning.c): values for a kind on one device model, for
+ * row lengths lo..hi; the whole table, for the tests. */
+typedef struct ng_builtin_tune {
+  const char *device; /* CL_DEVICE_NAME, exactly */
+  const char *kind;
+  unsigned dtypes; /* the x dtypes it serves: NG_DTYPE_BIT(NG_BF16) | … */
+  size_t lo, hi;
+  unsigned v[NG_TUNE_SLOTS];
+} ng_builtin_tune;
+#define NG_DTYPE_BIT(d) (1u << (unsigned)(d))
+const ng_builtin_tune *ng_tuning_builtin(size_t *count);
+/* The tuned values for `kind` ("rmsnorm.bwd", …) at row length n with x of dtype xd, from
+ * tuning.txt (one line serves every dtype) or else the built-in table; false when neither has
+ * any. */
+bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
+                     unsigned v[NG_TUNE_SLOTS]);
+/* ng_choose_row_launch for a kernel kind that may have tuned values, for x of dtype xd. */
+ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng_dtype xd,
+                                     size_t rows, size_t n, bool vec_ok, ng_rows_mode mode);
 /* `mode`: NG_ROWS_FWD (no partials), NG_ROWS_BWD_DW (dW/dB partials in a persistent grid), or
  * NG_ROWS_BWD_FROZEN (no partials, but the same work-group shape as NG_ROWS_BWD_DW so that dx
  * is the same bits frozen or not). `true`/`false` mean BWD_DW/FWD. NG_ROWS_FWD_RAW16: a forward
@@ -839,6 +858,13 @@ bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, 
  * pairs); the plans the forwards take, for tests of the rules (rmsnorm.c, polynorm.c). */
 bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
 bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
+/* The backward's row launch (*l) and whether its rows split (into *c how) for LayerNorm's and
+ * PolyNorm's backward with the gradients dw, db, as the ops take them (vector-aligned buffers);
+ * for tests of the tables' launches. */
+bool ng_layernorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool dw,
+                           bool db, ng_row_launch *l, ng_coop *c);
+bool ng_polynorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool dw,
+                          bool db, ng_row_launch *l, ng_coop *c);
 
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what

@@ -78,11 +78,15 @@ ng_status ng_tune_from_env(ng_context *ctx) {
 
 /* ---- the tuned-parameter table ------------------------------------------------------------------
  * `<cache folder>/tuning.txt`, written by ng_tuning_store (normgrad-cli tune) and read when a
- * context is created. One line per device, kernel kind and row-length bucket (floor(log2 n)):
- *   ng-tune-1 DEVICE-ID KIND LOG2N wg=.. groups=.. vec=.. reg=.. prefetch=..  # comment
- * DEVICE-ID hashes the platform, device and driver (the disk cache's device key), so a driver
- * update retires old entries. Lines that do not parse, or name values the device cannot take,
- * are ignored: a damaged file costs speed, never a failed call. */
+ * context is created. One line per device, kernel kind, row-length bucket (floor(log2 n)) and,
+ * where the line names one, x dtype:
+ *   ng-tune-1 DEVICE-ID KIND LOG2N [dtype=bf16] wg=.. groups=.. vec=.. reg=.. prefetch=..  # …
+ * A line without a dtype serves every dtype (the only kind before 2026-11-29); one with a dtype
+ * comes first for that dtype: on the H200 one launch measured 6 % faster in bf16 and 25 % and
+ * 46 % slower in f16 and f32 (docs/tuning.md, "The built-in table"). DEVICE-ID hashes the
+ * platform, device and driver (the disk cache's device key), so a driver update retires old
+ * entries. Lines that do not parse, or name values the device cannot take, are ignored: a
+ * damaged file costs speed, never a failed call. */
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -122,15 +126,33 @@ static char *tuning_path(const char *dir) {
   return p;
 }
 
-/* Parse one line; true when it is an entry for device `id` with valid values. */
+/* The dtypes a tuned line may name */
+static const ng_dtype line_dtypes[] = {NG_F32, NG_F16, NG_BF16};
+
+/* Parse one line; true when it is an entry for device `id` with valid values (*dtype -1 when
+ * the line names none). */
 static bool parse_line(const ng_context *ctx, const char *line, const char *id, int *kind,
-                       unsigned *log2n, unsigned v[NG_TUNE_SLOTS]) {
+                       unsigned *log2n, int *dtype, unsigned v[NG_TUNE_SLOTS]) {
   char dev[32], kname[40];
   int used = 0;
   if (sscanf(line, "ng-tune-1 %31s %39s %n", dev, kname, &used) != 2 || used == 0) return false;
   const char *p = line + used;
   if (!parse_uint(&p, 40, log2n)) return false;
   if (strcmp(dev, id) || (*kind = kind_index(kname)) < 0) return false;
+  *dtype = -1;
+  if (!strncmp(p, " dtype=", 7)) { /* first, so that it is part of the line's key */
+    p += 7;
+    size_t i = 0, len = 0;
+    for (; i < NG_ARRAY_LEN(line_dtypes); i++) {
+      len = strlen(ng_dtype_name(line_dtypes[i]));
+      if (!strncmp(p, ng_dtype_name(line_dtypes[i]), len) &&
+          (p[len] == ' ' || p[len] == '\t' || p[len] == '\n' || p[len] == '\r' || !p[len]))
+        break;
+    }
+    if (i == NG_ARRAY_LEN(line_dtypes)) return false;
+    *dtype = (int)line_dtypes[i];
+    p += len;
+  }
   memset(v, 0, sizeof(unsigned) * NG_TUNE_SLOTS);
   for (;;) {
     const char *item = p;
@@ -189,14 +211,15 @@ void ng_tuning_load(ng_context *ctx) {
     }
     ng_tuned_entry e;
     int kind;
-    if (!parse_line(ctx, line, id, &kind, &e.log2n, e.v)) continue;
+    if (!parse_line(ctx, line, id, &kind, &e.log2n, &e.dtype, e.v)) continue;
     e.kind = kind;
     ng_tuned_entry *grown = realloc(ctx->tuned, (ctx->n_tuned + 1) * sizeof *grown);
     if (!grown) break;
     ctx->tuned = grown;
     /* a later line for the same key wins */
     size_t i = 0;
-    while (i < ctx->n_tuned && !(ctx->tuned[i].kind == e.kind && ctx->tuned[i].log2n == e.log2n))
+    while (i < ctx->n_tuned && !(ctx->tuned[i].kind == e.kind && ctx->tuned[i].log2n == e.log2n &&
+                                 ctx->tuned[i].dtype == e.dtype))
       i++;
     ctx->tuned[i] = e;
     if (i == ctx->n_tuned) ctx->n_tuned++;
@@ -204,28 +227,91 @@ void ng_tuning_load(ng_context *ctx) {
   fclose(f);
 }
 
-bool ng_tuned_lookup(const ng_context *ctx, const char *kind, size_t n, unsigned v[NG_TUNE_SLOTS]) {
+/* ---- the built-in table ------------------------------------------------------------------------
+ * Launches that `normgrad-cli tune` found on one device model and alternating runs confirmed
+ * faster than the rules, shipped by device name as CLBlast ships its tuned parameters: the rules
+ * were set on the H100, and nothing OpenCL reports (it gives no bandwidth) tells an H200 from it.
+ * An entry names the device exactly (CL_DEVICE_NAME), a kind and the row lengths it was measured
+ * on, and serves every dtype that measured even or faster (docs/tuning.md, "The built-in
+ * table"). tuning.txt's lines come first and an override before both; table=1 turns both off.
+ * A frozen kind takes its group shape from the kind with dW, as from tuning.txt. */
+#define NG_BUILTIN_V(wg_, groups_, reg_, pf_)                                                      \
+  {[NG_TUNE_WORKGROUP] = (wg_), [NG_TUNE_GROUPS] = (groups_), [NG_TUNE_REG_COLS] = (reg_),         \
+   [NG_TUNE_PREFETCH] = (pf_)}
+#define BF16 NG_DTYPE_BIT(NG_BF16)
+#define X16 (NG_DTYPE_BIT(NG_BF16) | NG_DTYPE_BIT(NG_F16))
+#define ALL (X16 | NG_DTYPE_BIT(NG_F32))
+static const ng_builtin_tune builtin[] = {
+    /* RMSNorm's backward with dW on 1024 x 2, a group a compute unit, instead of 512 x 4: bf16
+     * 9216-16384 -4.5 to -9.7 % (8704 -1.1 %; its frozen pass, on the same shape for dx's bits,
+     * even to -4.8 %); f16 +11 to +25 % and f32 +46 %, so bf16 alone */
+    {"NVIDIA H200", "rmsnorm.bwd", BF16, 9216, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
+    /* the fused add's forward on 1024 x 2, two groups a compute unit with the prefetch, instead
+     * of 512 x 4 (NG_ROWS_512X4): bf16 and f16 8704-16384 -4.8 to -8.6 %, f32 +10 % */
+    {"NVIDIA H200", "fused-add-rmsnorm.fwd", X16, 8704, 16384, NG_BUILTIN_V(1024, 264, 2, 2)},
+    /* LayerNorm's both-frozen backward of split rows on four groups a compute unit instead of
+     * three: -3.4 to -7.3 % in bf16 and f16 at 32768-131072, f32 -12.8 % at 65536, even at
+     * 131072 */
+    {"NVIDIA H200", "layernorm.bwd_frozen", ALL, 32768, 131072, NG_BUILTIN_V(0, 528, 0, 2)},
+    /* ... and at 2048, a persistent grid of 16 groups a compute unit with the next-row prefetch
+     * instead of a group a row (NG_ROWS_FULL1): bf16 -5.6 to -6.1 %, f16 -7.1 %; f32 lost 16 %,
+     * 1792, 2304 and 2560 lost 1-8.5 % */
+    {"NVIDIA H200", "layernorm.bwd_frozen", X16, 2048, 2048, NG_BUILTIN_V(0, 2112, 0, 2)},
+    /* PolyNorm's single slice with the next-row prefetch, which the H100 measured 4-5 % slower
+     * (coop_plan in src/ops/polynorm.c): the backward -2.8 to -6.3 % in bf16 and f16 at
+     * 7936-8192, f32 and the forward even */
+    {"NVIDIA H200", "polynorm", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
+};
+#undef BF16
+#undef X16
+#undef ALL
+#undef NG_BUILTIN_V
+
+const ng_builtin_tune *ng_tuning_builtin(size_t *count) {
+  *count = NG_ARRAY_LEN(builtin);
+  return builtin;
+}
+
+bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
+                     unsigned v[NG_TUNE_SLOTS]) {
   if (!kind || ctx->tune[NG_TUNE_TABLE] == 1) return false;
   const int k = kind_index(kind);
   const unsigned b = log2_floor(n ? n : 1);
-  for (size_t i = 0; i < ctx->n_tuned; i++)
-    if (ctx->tuned[i].kind == k && ctx->tuned[i].log2n == b) {
-      memcpy(v, ctx->tuned[i].v, sizeof(unsigned) * NG_TUNE_SLOTS);
+  const ng_tuned_entry *any = NULL; /* a line for every dtype, if none names this one */
+  for (size_t i = 0; i < ctx->n_tuned; i++) {
+    const ng_tuned_entry *e = &ctx->tuned[i];
+    if (e->kind != k || e->log2n != b) continue;
+    if (e->dtype == (int)xd) {
+      memcpy(v, e->v, sizeof(unsigned) * NG_TUNE_SLOTS);
+      return true;
+    }
+    if (e->dtype < 0) any = e;
+  }
+  if (any) {
+    memcpy(v, any->v, sizeof(unsigned) * NG_TUNE_SLOTS);
+    return true;
+  }
+  for (size_t i = 0; i < NG_ARRAY_LEN(builtin); i++)
+    if (n >= builtin[i].lo && n <= builtin[i].hi && (builtin[i].dtypes & NG_DTYPE_BIT(xd)) &&
+        !strcmp(kind, builtin[i].kind) &&
+        !strcmp(ctx->info.name, builtin[i].device)) {
+      memcpy(v, builtin[i].v, sizeof(unsigned) * NG_TUNE_SLOTS);
       return true;
     }
   return false;
 }
 
-ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const unsigned *values,
-                          const char *comment) {
-  ng_clear_detail();
+/* dtype -1: a line for every dtype */
+static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n,
+                       const unsigned *values, const char *comment) {
   if (!ctx || !values) return ng_fail(NG_ERR_NULL_HANDLE, "ctx or values is NULL");
   if (kind_index(kind) < 0)
     return ng_fail(NG_ERR_INVALID_VALUE, "unknown kernel kind '%s'", kind ? kind : "(null)");
   if (n == 0) return ng_fail(NG_ERR_INVALID_VALUE, "row length is 0");
-  char line[512], id[17];
+  char line[512], id[17], dt[16] = "";
+  if (dtype >= 0) snprintf(dt, sizeof dt, " dtype=%s", ng_dtype_name((ng_dtype)dtype));
   ng_tuning_device_id(ctx, id);
-  int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u", id, kind, log2_floor(n));
+  int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u%s", id, kind, log2_floor(n), dt);
   for (size_t k = 0; k < NG_ARRAY_LEN(tune_names); k++)
     if (values[tune_names[k].what])
       len += snprintf(line + len, sizeof line - (size_t)len, " %s=%u", tune_names[k].name,
@@ -235,14 +321,30 @@ ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const uns
   if (len <= 0 || (size_t)len >= sizeof line)
     return ng_fail(NG_ERR_INVALID_VALUE, "tuning comment too long");
   {
-    int kk;
+    int kk, d;
     unsigned b, v[NG_TUNE_SLOTS];
-    if (!parse_line(ctx, line, id, &kk, &b, v))
+    if (!parse_line(ctx, line, id, &kk, &b, &d, v))
       return ng_fail(NG_ERR_INVALID_VALUE, "values the device cannot take");
   }
+  /* the key: a line for one dtype replaces that dtype's line; a line for every dtype replaces
+   * all of the bucket's lines (every older key starts with its key) */
   char key[128];
-  snprintf(key, sizeof key, "ng-tune-1 %s %s %u ", id, kind, log2_floor(n));
+  snprintf(key, sizeof key, "ng-tune-1 %s %s %u%s ", id, kind, log2_floor(n), dt);
   return ng_tuning_write_line(ctx, key, line);
+}
+
+ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const unsigned *values,
+                          const char *comment) {
+  ng_clear_detail();
+  return store(ctx, kind, -1, n, values, comment);
+}
+
+ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtype, size_t n,
+                                const unsigned *values, const char *comment) {
+  ng_clear_detail();
+  if (dtype != NG_F32 && dtype != NG_F16 && dtype != NG_BF16)
+    return ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "the row kernels take f32, f16 or bf16 x");
+  return store(ctx, kind, (int)dtype, n, values, comment);
 }
 
 /* Replace the line starting with `key` (or add it) in the context's tuning.txt, atomically. */

@@ -1,14 +1,17 @@
 /* Launch rules that only NVIDIA's devices reach, checked on whatever device runs the tests (PoCL
  * in CI) by giving a context an H100's properties: 132 compute units, work-groups of up to 1024,
- * 48 KB of local memory, the shuffles and bf16 PTX. Nothing is built or run; the checks are of
+ * 48 KB of local memory, the shuffles and bf16 PTX (and an H100's name, or an H200's for the
+ * built-in table). Nothing is built or run; the checks are of
  * ng_choose_row_launch_k's choice, which the H100 measurements in src/ng_internal.h set. The
  * kernels behind each choice are tested on a GPU (tools/split_tests.py). */
 #include "ng_internal.h"
 #include "ng_test.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static ng_context *h100(void) {
   ng_test_env *env = ng_test_env_get();
@@ -20,6 +23,8 @@ static ng_context *h100(void) {
   c->info.max_wg = 1024;
   c->info.local_mem = 48 * 1024;
   c->info.nv_shfl = c->info.nv_bf16 = true;
+  /* the built-in table keys on the name: an H200 running the tests must not look like itself */
+  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H100 80GB HBM3");
   return c;
 }
 
@@ -39,12 +44,12 @@ static void test_fwd_128x4(void **state) {
     const size_t taken[] = {2056, 2176, 2504, 3072};
     for (size_t i = 0; i < NG_ARRAY_LEN(taken); i++) {
       const size_t rows = ((size_t)1 << 25) / taken[i];
-      const ng_row_launch l = ng_choose_row_launch_k(c, NULL, rows, taken[i], true, with);
+      const ng_row_launch l = ng_choose_row_launch(c, rows, taken[i], true, with);
       assert_int_equal(l.wg, 128);
       assert_int_equal(l.reg_cols, 4);
       assert_int_equal(l.groups, rows); /* a group a row */
       /* without the flag, the launch before it */
-      const ng_row_launch o = ng_choose_row_launch_k(c, NULL, rows, taken[i], true, modes[m]);
+      const ng_row_launch o = ng_choose_row_launch(c, rows, taken[i], true, modes[m]);
       assert_int_equal(o.wg, 256);
       assert_int_equal(o.reg_cols, 2);
     }
@@ -56,17 +61,17 @@ static void test_fwd_128x4(void **state) {
                 {13107, 2560, false}};
     for (size_t i = 0; i < NG_ARRAY_LEN(kept); i++) {
       const ng_row_launch a =
-          ng_choose_row_launch_k(c, NULL, kept[i].rows, kept[i].n, kept[i].vec_ok, with);
+          ng_choose_row_launch(c, kept[i].rows, kept[i].n, kept[i].vec_ok, with);
       const ng_row_launch b =
-          ng_choose_row_launch_k(c, NULL, kept[i].rows, kept[i].n, kept[i].vec_ok, modes[m]);
+          ng_choose_row_launch(c, kept[i].rows, kept[i].n, kept[i].vec_ok, modes[m]);
       assert_int_equal(a.wg, b.wg);
       assert_int_equal(a.reg_cols, b.reg_cols);
       assert_int_equal(a.groups, b.groups);
     }
   }
   /* the backward never takes it (the flag belongs to the forward's mode) */
-  const ng_row_launch b = ng_choose_row_launch_k(
-      c, NULL, 15420, 2176, true, NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FWD_128X4);
+  const ng_row_launch b =
+      ng_choose_row_launch(c, 15420, 2176, true, NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FWD_128X4);
   assert_int_equal(b.wg, 256);
   assert_int_equal(b.reg_cols, 2);
   ng_context_release(c);
@@ -96,10 +101,10 @@ static void test_half_mid(void **state) {
   for (size_t i = 0; i < NG_ARRAY_LEN(cases); i++) {
     const size_t n = cases[i].n, rows = ((size_t)1 << 25) / n;
     const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_X16, frz = NG_ROWS_BWD_FROZEN | NG_ROWS_X16;
-    const ng_row_launch dw = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw | cases[i].flag);
-    const ng_row_launch fz = ng_choose_row_launch_k(c, NULL, rows, n, true, frz | cases[i].flag);
-    const ng_row_launch dw0 = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw);
-    const ng_row_launch fz0 = ng_choose_row_launch_k(c, NULL, rows, n, true, frz);
+    const ng_row_launch dw = ng_choose_row_launch(c, rows, n, true, bdw | cases[i].flag);
+    const ng_row_launch fz = ng_choose_row_launch(c, rows, n, true, frz | cases[i].flag);
+    const ng_row_launch dw0 = ng_choose_row_launch(c, rows, n, true, bdw);
+    const ng_row_launch fz0 = ng_choose_row_launch(c, rows, n, true, frz);
     if (!cases[i].wg) {
       assert_int_equal(dw.wg, dw0.wg);
       assert_int_equal(dw.groups, dw0.groups);
@@ -123,18 +128,18 @@ static void test_half_mid(void **state) {
   const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_HALF_MID;
   for (int frozen = 0; frozen < 2; frozen++) {
     const ng_rows_mode m = (frozen ? NG_ROWS_BWD_FROZEN | NG_ROWS_HALF_MID : bdw) | NG_ROWS_X16;
-    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132, 2560, true, m).wg, 256);
-    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132 + 1, 2560, true, m).wg, 160);
+    assert_int_equal(ng_choose_row_launch(c, 16 * 132, 2560, true, m).wg, 256);
+    assert_int_equal(ng_choose_row_launch(c, 16 * 132 + 1, 2560, true, m).wg, 160);
   }
-  const ng_row_launch v1 = ng_choose_row_launch_k(c, NULL, 13107, 2560, false, bdw | NG_ROWS_X16);
+  const ng_row_launch v1 = ng_choose_row_launch(c, 13107, 2560, false, bdw | NG_ROWS_X16);
   assert_int_equal(v1.wg & (v1.wg - 1), 0);
-  const ng_row_launch f32 = ng_choose_row_launch_k(c, NULL, 13107, 2560, true, bdw);
-  assert_int_equal(f32.wg, ng_choose_row_launch_k(c, NULL, 13107, 2560, true, NG_ROWS_BWD_DW).wg);
+  const ng_row_launch f32 = ng_choose_row_launch(c, 13107, 2560, true, bdw);
+  assert_int_equal(f32.wg, ng_choose_row_launch(c, 13107, 2560, true, NG_ROWS_BWD_DW).wg);
   /* PolyNorm's forward: the shape, on the grid of NG_ROWS_PAIRS (two rows a group, at least a
    * wave, prefetching) */
   const ng_rows_mode pf = NG_ROWS_FWD | NG_ROWS_X16 | NG_ROWS_PAIRS;
-  const ng_row_launch f = ng_choose_row_launch_k(c, NULL, 10922, 3072, true, pf | NG_ROWS_HALF_MID);
-  const ng_row_launch f0 = ng_choose_row_launch_k(c, NULL, 10922, 3072, true, pf);
+  const ng_row_launch f = ng_choose_row_launch(c, 10922, 3072, true, pf | NG_ROWS_HALF_MID);
+  const ng_row_launch f0 = ng_choose_row_launch(c, 10922, 3072, true, pf);
   assert_int_equal(f0.wg, 256);
   assert_int_equal(f.wg, 192);
   assert_int_equal(f.reg_cols, 2);
@@ -158,36 +163,36 @@ static void test_half_mid(void **state) {
                                 {8 * 132, 8 * 132, 9 * 132}};
     for (size_t i = 0; i < NG_ARRAY_LEN(ns); i++) {
       const ng_row_launch b =
-          ng_choose_row_launch_k(c, NULL, SIZE_MAX, ns[i], true, pb | NG_ROWS_HALF_MID);
+          ng_choose_row_launch(c, SIZE_MAX, ns[i], true, pb | NG_ROWS_HALF_MID);
       assert_int_equal(b.wg, wgs[i]);
       assert_int_equal(b.reg_cols, 2);
       assert_int_equal(b.grid, grids[gi][i]);
       assert_int_equal(b.prefetch, gi != 0);
     }
     const ng_row_launch b5 =
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3600, true, pb | NG_ROWS_HALF_MID);
+        ng_choose_row_launch(c, SIZE_MAX, 3600, true, pb | NG_ROWS_HALF_MID);
     assert_int_equal(b5.wg, 256);
     assert_int_equal(b5.prefetch, gi == 1);
     assert_int_equal(
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, pb | NG_ROWS_HALF_MID_384).wg, 256);
+        ng_choose_row_launch(c, SIZE_MAX, 3584, true, pb | NG_ROWS_HALF_MID_384).wg, 256);
     /* NG_ROWS_HALF_MID_320 stops at 320 vectors */
     assert_int_equal(
-        ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID_320).wg, 256);
+        ng_choose_row_launch(c, SIZE_MAX, 3072, true, pb | NG_ROWS_HALF_MID_320).wg, 256);
   }
   /* f16's both-frozen grid: 1152 work-items a unit (seven groups of 160, six of 192); without
    * either flag, the wave */
   const ng_rows_mode pz = NG_ROWS_POLY_BWD | NG_ROWS_X16 | NG_ROWS_HALF_MID_384;
   const ng_rows_mode pz16 = pz | NG_ROWS_POLY_FZ_1152;
-  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz16).grid, 7 * 132);
-  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3072, true, pz16).grid, 6 * 132);
-  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 2560, true, pz).grid, 12 * 132);
+  assert_int_equal(ng_choose_row_launch(c, SIZE_MAX, 2560, true, pz16).grid, 7 * 132);
+  assert_int_equal(ng_choose_row_launch(c, SIZE_MAX, 3072, true, pz16).grid, 6 * 132);
+  assert_int_equal(ng_choose_row_launch(c, SIZE_MAX, 2560, true, pz).grid, 12 * 132);
   /* The scratch query holds the partials of each gradient's own grid, although the frozen grid,
    * once the largest, is now smaller than the gradients' eight a unit */
   for (size_t n = 2056; n <= 3072; n += 504) {
     const ng_polynorm_params pp = {((size_t)1 << 25) / n, n, 1e-6f};
     for (int gi = 1; gi < 3; gi++) {
       const ng_row_launch b = ng_choose_row_launch_k(
-          c, "polynorm", SIZE_MAX, n, true,
+          c, "polynorm", NG_BF16, SIZE_MAX, n, true,
           NG_ROWS_POLY_BWD | NG_ROWS_X16 | NG_ROWS_HALF_MID |
               (gi == 1 ? NG_ROWS_POLY_DW : NG_ROWS_POLY_DB));
       size_t bytes = 0;
@@ -196,10 +201,10 @@ static void test_half_mid(void **state) {
     }
   }
   /* ... in calls of more than 8 rows a compute unit */
-  assert_int_equal(ng_choose_row_launch_k(c, NULL, 8 * 132, 3072, true, pf | NG_ROWS_HALF_MID).wg,
+  assert_int_equal(ng_choose_row_launch(c, 8 * 132, 3072, true, pf | NG_ROWS_HALF_MID).wg,
                    256);
   assert_int_equal(
-      ng_choose_row_launch_k(c, NULL, 8 * 132 + 1, 3072, true, pf | NG_ROWS_HALF_MID).wg, 192);
+      ng_choose_row_launch(c, 8 * 132 + 1, 3072, true, pf | NG_ROWS_HALF_MID).wg, 192);
   ng_context_release(c);
 }
 
@@ -216,9 +221,9 @@ static void test_half_mid_ds(void **state) {
   const size_t ns[] = {2056, 2176, NG_HALF_MID_DS_MAX * 8, NG_HALF_MID_DS_MAX * 8 + 8, 2560, 3584};
   for (size_t i = 0; i < NG_ARRAY_LEN(ns); i++) {
     const size_t n = ns[i], nv = n / 8, rows = ((size_t)1 << 25) / n;
-    const ng_row_launch dw = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw);
-    const ng_row_launch fz = ng_choose_row_launch_k(c, NULL, rows, n, true, frz);
-    const ng_row_launch dw0 = ng_choose_row_launch_k(c, NULL, rows, n, true, bdw & ~common);
+    const ng_row_launch dw = ng_choose_row_launch(c, rows, n, true, bdw);
+    const ng_row_launch fz = ng_choose_row_launch(c, rows, n, true, frz);
+    const ng_row_launch dw0 = ng_choose_row_launch(c, rows, n, true, bdw & ~common);
     assert_int_equal(dw.reg_cols, 2);
     assert_int_equal(fz.wg, dw.wg); /* dx's bits: the same shape frozen */
     assert_int_equal(fz.reg_cols, 2);
@@ -238,8 +243,8 @@ static void test_half_mid_ds(void **state) {
   /* calls of at most 16 rows a unit keep 256 × 2 in both passes */
   for (int frozen = 0; frozen < 2; frozen++) {
     const ng_rows_mode m = frozen ? frz : bdw;
-    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132, 2176, true, m).wg, 256);
-    assert_int_equal(ng_choose_row_launch_k(c, NULL, 16 * 132 + 1, 2176, true, m).wg, 160);
+    assert_int_equal(ng_choose_row_launch(c, 16 * 132, 2176, true, m).wg, 256);
+    assert_int_equal(ng_choose_row_launch(c, 16 * 132 + 1, 2176, true, m).wg, 160);
   }
   ng_context_release(c);
 }
@@ -256,13 +261,13 @@ static void test_poly_f16_3(void **state) {
   const size_t taken[] = {2056, 3072, 4096};
   for (size_t g = 0; g < NG_ARRAY_LEN(grads); g++)
     for (size_t i = 0; i < NG_ARRAY_LEN(taken); i++) {
-      const ng_row_launch l = ng_choose_row_launch_k(c, NULL, SIZE_MAX, taken[i], true,
+      const ng_row_launch l = ng_choose_row_launch(c, SIZE_MAX, taken[i], true,
                                                      base | grads[g] | NG_ROWS_POLY_F16_3);
       assert_int_equal(l.wg, 256);
       assert_int_equal(l.groups, 3 * 132);
       assert_false(l.prefetch);
       const ng_row_launch o =
-          ng_choose_row_launch_k(c, NULL, SIZE_MAX, taken[i], true, base | grads[g]);
+          ng_choose_row_launch(c, SIZE_MAX, taken[i], true, base | grads[g]);
       assert_int_equal(o.wg, 256);
       const bool six = grads[g] == NG_ROWS_POLY_DW && taken[i] / 8 > NG_HALF_MID_MAX;
       assert_int_equal(o.groups, (six ? 6 : 8) * 132);
@@ -270,17 +275,17 @@ static void test_poly_f16_3(void **state) {
     }
   /* bf16's dW on six a unit from 449 vectors */
   const ng_rows_mode bdw = base | NG_ROWS_POLY_DW;
-  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3584, true, bdw).groups, 8 * 132);
-  assert_int_equal(ng_choose_row_launch_k(c, NULL, SIZE_MAX, 3592, true, bdw).groups, 6 * 132);
+  assert_int_equal(ng_choose_row_launch(c, SIZE_MAX, 3584, true, bdw).groups, 8 * 132);
+  assert_int_equal(ng_choose_row_launch(c, SIZE_MAX, 3592, true, bdw).groups, 6 * 132);
   /* the frozen pass (no gradient flag) and rows of at most 256 vectors keep their launch */
   const struct {
     size_t n;
     ng_rows_mode mode;
   } kept[] = {{4096, base}, {2048, base | NG_ROWS_POLY_DW}, {1024, base | NG_ROWS_POLY_DB}};
   for (size_t i = 0; i < NG_ARRAY_LEN(kept); i++) {
-    const ng_row_launch a = ng_choose_row_launch_k(c, NULL, SIZE_MAX, kept[i].n, true,
+    const ng_row_launch a = ng_choose_row_launch(c, SIZE_MAX, kept[i].n, true,
                                                    kept[i].mode | NG_ROWS_POLY_F16_3);
-    const ng_row_launch b = ng_choose_row_launch_k(c, NULL, SIZE_MAX, kept[i].n, true,
+    const ng_row_launch b = ng_choose_row_launch(c, SIZE_MAX, kept[i].n, true,
                                                    kept[i].mode);
     assert_int_equal(a.wg, b.wg);
     assert_int_equal(a.groups, b.groups);
@@ -392,7 +397,7 @@ static void test_other_rules(void **state) {
   ng_context *c = h100();
   for (size_t i = 0; i < NG_ARRAY_LEN(RULES); i++) {
     const rule_case *r = &RULES[i];
-    const ng_row_launch l = ng_choose_row_launch_k(c, NULL, r->rows, r->n, true, r->mode);
+    const ng_row_launch l = ng_choose_row_launch(c, r->rows, r->n, true, r->mode);
     expect(r->what, "wg", r->wg, l.wg);
     expect(r->what, "reg", r->reg, l.reg_cols);
     expect(r->what, "groups", r->groups, l.groups);
@@ -470,6 +475,159 @@ static void test_rms_fwd_split(void **state) {
   ng_context_release(c);
 }
 
+/* An H100-shaped context named as the H200 the built-in table names (the H200's launches are
+ * the H100's: the same compute units, registers and local memory). */
+static ng_context *h200(void) {
+  ng_context *c = h100();
+  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H200");
+  return c;
+}
+
+static bool valid_values(const unsigned v[NG_TUNE_SLOTS]) {
+  const unsigned wg = v[NG_TUNE_WORKGROUP], r = v[NG_TUNE_REG_COLS];
+  return (wg == 0 || ((wg & (wg - 1)) == 0 && wg <= 1024)) &&
+         (r == 0 || r == 1 || r == 2 || r == 4 || r == 8) &&
+         (v[NG_TUNE_VECTOR] == 0 || v[NG_TUNE_VECTOR] == 1 || v[NG_TUNE_VECTOR] == 8) &&
+         v[NG_TUNE_PREFETCH] <= 2 && v[NG_TUNE_TABLE] == 0;
+}
+
+/* The built-in table: each entry serves its device, kind, dtypes and lengths and nothing else,
+ * with values the device can take; table=1 and other device names see none of it. */
+static void test_builtin_entries(void **state) {
+  (void)state;
+  ng_context *h2 = h200(), *h1 = h100();
+  size_t count = 0;
+  const ng_builtin_tune *t = ng_tuning_builtin(&count);
+  assert_true(count > 0);
+  static const ng_dtype dts[] = {NG_F32, NG_F16, NG_BF16};
+  for (size_t i = 0; i < count; i++) {
+    const ng_builtin_tune *e = &t[i];
+    if (!(e->lo <= e->hi && e->lo > 1 && e->dtypes && !(e->dtypes & ~7u) && valid_values(e->v)))
+      fail_msg("entry %zu (%s, %zu-%zu) is malformed", i, e->kind, e->lo, e->hi);
+    assert_string_equal(e->device, "NVIDIA H200");
+    for (size_t d = 0; d < NG_ARRAY_LEN(dts); d++) {
+      const bool serves = (e->dtypes & NG_DTYPE_BIT(dts[d])) != 0;
+      const size_t ns[] = {e->lo, (e->lo + e->hi) / 2, e->hi};
+      for (size_t k = 0; k < NG_ARRAY_LEN(ns); k++) {
+        unsigned v[NG_TUNE_SLOTS] = {0};
+        const bool got = ng_tuned_lookup(h2, e->kind, dts[d], ns[k], v);
+        /* an unknown kind would never be asked for: the lookup must know it too */
+        if (serves && (!got || memcmp(v, e->v, sizeof v)))
+          fail_msg("%s, dtype %d, n %zu: not served", e->kind, (int)dts[d], ns[k]);
+        if (!serves && got && !memcmp(v, e->v, sizeof v))
+          fail_msg("%s, dtype %d, n %zu: served", e->kind, (int)dts[d], ns[k]);
+        assert_false(ng_tuned_lookup(h1, e->kind, dts[d], ns[k], v)); /* another device */
+      }
+    }
+  }
+  unsigned v[NG_TUNE_SLOTS] = {0};
+  assert_true(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 16384, v));
+  assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 16385, v));
+  assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 9215, v));
+  assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd_frozen", NG_BF16, 16384, v)); /* no entry */
+  assert_false(ng_tuned_lookup(h2, NULL, NG_BF16, 16384, v));
+  NG_OK(ng_context_override(h2, NG_TUNE_TABLE, 1));
+  assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 16384, v));
+  /* the exact name: an H200 NVL was not measured */
+  snprintf(h1->info.name, sizeof h1->info.name, "%s", "NVIDIA H200 NVL");
+  assert_false(ng_tuned_lookup(h1, "rmsnorm.bwd", NG_BF16, 16384, v));
+  ng_context_release(h2);
+  ng_context_release(h1);
+}
+
+/* What the built-in table's entries do to the launches the ops take on an H200: RMSNorm's bf16
+ * backward at 16384 on 1024 x 2 a group a compute unit, its frozen pass on the same shape (dx's
+ * bits) but not its f16 passes; LayerNorm's both-frozen split rows on four groups a compute
+ * unit, and its f16 rows of 2048 on a grid with the prefetch; PolyNorm's single slice at 8192
+ * with the prefetch. An H100 keeps the rules' launches. */
+static void test_builtin_launches(void **state) {
+  (void)state;
+  ng_context *h2 = h200(), *h1 = h100();
+  const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512;
+  const ng_rows_mode bfz = NG_ROWS_BWD_FROZEN | NG_ROWS_X16 | NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512;
+  for (int frozen = 0; frozen < 2; frozen++) {
+    const char *kind = frozen ? "rmsnorm.bwd_frozen" : "rmsnorm.bwd";
+    const ng_rows_mode m = frozen ? bfz : bdw;
+    const ng_row_launch a = ng_choose_row_launch_k(h2, kind, NG_BF16, 2048, 16384, true, m);
+    assert_int_equal(a.wg, 1024);
+    assert_int_equal(a.reg_cols, 2);
+    if (!frozen) assert_int_equal(a.groups, 132);
+    const ng_row_launch f = ng_choose_row_launch_k(h2, kind, NG_F16, 2048, 16384, true, m);
+    const ng_row_launch o = ng_choose_row_launch_k(h1, kind, NG_BF16, 2048, 16384, true, m);
+    assert_int_not_equal(f.wg * 8 + f.reg_cols, 1024 * 8 + 2);
+    assert_int_not_equal(o.wg * 8 + o.reg_cols, 1024 * 8 + 2);
+  }
+  ng_row_launch l;
+  ng_coop c2, c1;
+  assert_true(ng_layernorm_bwd_plan(h2, 512, 65536, NG_BF16, false, false, &l, &c2));
+  assert_true(ng_layernorm_bwd_plan(h1, 512, 65536, NG_BF16, false, false, &l, &c1));
+  /* sets of c.slices groups each: as many as the grid holds */
+  assert_int_equal(c2.l.groups, 528 / c2.slices * c2.slices);
+  assert_int_equal(c1.l.groups, 396 / c1.slices * c1.slices);
+  assert_int_not_equal(c2.l.groups, c1.l.groups);
+  assert_true(c2.l.prefetch);
+  /* with dB the kind is another: the rules' two groups a compute unit */
+  assert_true(ng_layernorm_bwd_plan(h2, 512, 65536, NG_BF16, true, true, &l, &c2));
+  assert_int_equal(c2.l.groups, 264 / c2.slices * c2.slices);
+  assert_false(ng_layernorm_bwd_plan(h2, 16384, 2048, NG_F16, false, false, &l, &c2));
+  assert_int_equal(l.groups, 2112);
+  assert_true(l.prefetch);
+  assert_false(ng_layernorm_bwd_plan(h1, 16384, 2048, NG_F16, false, false, &l, &c1));
+  assert_int_equal(l.groups, 16384); /* a group a row */
+  assert_false(ng_layernorm_bwd_plan(h2, 16384, 2048, NG_F32, false, false, &l, &c2));
+  assert_int_not_equal(l.groups, 2112);
+  for (int dw = 0; dw < 2; dw++) {
+    assert_true(ng_polynorm_bwd_plan(h2, 4096, 8192, NG_BF16, dw, true, &l, &c2));
+    assert_true(ng_polynorm_bwd_plan(h1, 4096, 8192, NG_BF16, dw, true, &l, &c1));
+    assert_int_equal(c2.slices, 1);
+    assert_true(c2.l.prefetch);
+    assert_false(c1.l.prefetch);
+  }
+  ng_context_release(h2);
+  ng_context_release(h1);
+}
+
+/* A tuned line (tuning.txt) reaches the rows split across groups, as the override does: its
+ * group count sets the split grid, its prefetch stands against PolyNorm's single-slice rule.
+ * Until 2026-11-29 the split plans read the override alone, so `normgrad-cli tune`'s stored
+ * grids for split rows were ignored. */
+static void test_tuned_split(void **state) {
+  (void)state;
+  const char *old = getenv("NORMGRAD_CACHE_DIR");
+  char *saved = old ? strdup(old) : NULL;
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/ng-launch-rules-%ld", (long)getpid());
+  setenv("NORMGRAD_CACHE_DIR", dir, 1);
+  ng_context *c = h100();
+  unsigned v[NG_TUNE_SLOTS] = {0};
+  v[NG_TUNE_GROUPS] = 640;
+  NG_OK(ng_tuning_store(c, "layernorm.bwd_frozen", 65536, v, "test"));
+  v[NG_TUNE_GROUPS] = 0;
+  v[NG_TUNE_PREFETCH] = 2;
+  NG_OK(ng_tuning_store(c, "polynorm", 8192, v, "test"));
+  ng_context_release(c);
+  c = h100(); /* reads the lines */
+  ng_row_launch l;
+  ng_coop cp;
+  assert_true(ng_layernorm_bwd_plan(c, 512, 65536, NG_BF16, false, false, &l, &cp));
+  assert_int_equal(cp.l.groups, 640 / cp.slices * cp.slices);
+  assert_int_not_equal(cp.l.groups, 396 / cp.slices * cp.slices); /* the rules' grid */
+  assert_true(ng_polynorm_bwd_plan(c, 4096, 8192, NG_BF16, true, true, &l, &cp));
+  assert_true(cp.l.prefetch);
+  /* the override still comes first */
+  NG_OK(ng_context_override(c, NG_TUNE_GROUPS, 264));
+  assert_true(ng_layernorm_bwd_plan(c, 512, 65536, NG_BF16, false, false, &l, &cp));
+  assert_int_equal(cp.l.groups, 264 / cp.slices * cp.slices);
+  ng_context_release(c);
+  char path[128];
+  snprintf(path, sizeof path, "%s/tuning.txt", dir);
+  unlink(path);
+  rmdir(dir);
+  if (saved) setenv("NORMGRAD_CACHE_DIR", saved, 1);
+  else unsetenv("NORMGRAD_CACHE_DIR");
+  free(saved);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwd_128x4),
@@ -478,6 +636,9 @@ int main(void) {
       cmocka_unit_test(test_other_rules),
       cmocka_unit_test(test_poly_fwd_split),
       cmocka_unit_test(test_rms_fwd_split),
+      cmocka_unit_test(test_builtin_entries),
+      cmocka_unit_test(test_builtin_launches),
+      cmocka_unit_test(test_tuned_split),
   };
   return NG_RUN_GROUP_TESTS(tests, NULL, NULL);
 }

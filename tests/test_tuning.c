@@ -1,8 +1,10 @@
 /* The tuned-parameter table (tuning.txt) and NORMGRAD_TUNE: what ng_tuning_store writes, later
  * contexts on the device use (seen through the RMSNorm scratch size, which is groups·4·n bytes);
- * overrides beat the table; NG_TUNE_TABLE=1 ignores it; damaged, foreign or unsafe lines are
- * ignored, never fatal; a malformed NORMGRAD_TUNE fails context creation with a clear status. */
+ * overrides beat the table; NG_TUNE_TABLE=1 ignores it; a line of one dtype comes before one for
+ * every dtype; damaged, foreign or unsafe lines are ignored, never fatal; a malformed
+ * NORMGRAD_TUNE fails context creation with a clear status. */
 #include "common/ng_test.h"
+#include "ng_internal.h" /* ng_tuned_lookup, to see each dtype's line */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,18 @@ static size_t scratch(ng_context *c, size_t n) {
 }
 
 static void tuning_path(char *buf, size_t len) { snprintf(buf, len, "%s/tuning.txt", dir); }
+
+/* The tuned lines in the file */
+static int lines_in_file(void) {
+  char p[300], line[512];
+  tuning_path(p, sizeof p);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  int entries = 0;
+  while (fgets(line, sizeof line, f)) entries += strncmp(line, "ng-tune-1 ", 10) == 0;
+  fclose(f);
+  return entries;
+}
 
 static int setup(void **st) {
   (void)st;
@@ -78,14 +92,7 @@ static void test_store_then_use(void **st) {
   ng_context_release(c);
   c = fresh();
   assert_int_equal(scratch(c, 1000), 7 * 4 * 1000);
-  char p[300], line[512];
-  tuning_path(p, sizeof p);
-  FILE *f = fopen(p, "r");
-  assert_non_null(f);
-  int entries = 0;
-  while (fgets(line, sizeof line, f)) entries += strncmp(line, "ng-tune-1 ", 10) == 0;
-  fclose(f);
-  assert_int_equal(entries, 2);
+  assert_int_equal(lines_in_file(), 2);
   ng_context_release(c);
 }
 
@@ -144,6 +151,12 @@ static void test_damaged_file(void **st) {
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups= 3\n", id);
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9groups=3\n", id);
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 wg=64groups=3\n", id);
+  /* a dtype that the row kernels do not take, or not where the key has it */
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 dtype=bf17 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 dtype=i32 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 dtype= groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 dtype=bf16groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=3 dtype=bf16\n", id);
   fprintf(f, "garbage\n\n#comment\n");
   fclose(f);
   chmod(p, 0600);
@@ -162,6 +175,60 @@ static void test_damaged_file(void **st) {
   chmod(p, 0600);
   c = fresh();
   assert_int_equal(scratch(c, 1000), 3 * 4 * 1000);
+  ng_context_release(c);
+}
+
+/* The groups a later context's table gives calls of dtype d at n = 1000 (0: none) */
+static unsigned tuned_groups(ng_dtype d) {
+  ng_context *c = fresh();
+  unsigned v[NG_TUNE_SLOTS] = {0};
+  const unsigned g = ng_tuned_lookup(c, "rmsnorm.bwd", d, 1000, v) ? v[NG_TUNE_GROUPS] : 0;
+  ng_context_release(c);
+  return g;
+}
+
+/* Lines of one dtype (ng_tuning_store_dtype, what `normgrad-cli tune` stores) serve that dtype
+ * alone and come before a line for every dtype; a later store for the same dtype replaces its
+ * line, one for every dtype replaces all of the bucket's lines. */
+static void test_dtype_lines(void **st) {
+  (void)st;
+  ng_context *c = fresh();
+  const size_t def = scratch(c, 1000);
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 3;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 1000, v, "bf16"));
+  assert_int_equal(tuned_groups(NG_BF16), 3);
+  assert_int_equal(tuned_groups(NG_F16), 0);
+  assert_int_equal(tuned_groups(NG_F32), 0);
+  ng_context_release(c);
+  c = fresh(); /* the scratch query asks every dtype: f32's default launch is the largest */
+  assert_int_equal(scratch(c, 1000), def);
+  v[NG_TUNE_GROUPS] = 5;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, "every")); /* replaces the bf16 line */
+  assert_int_equal(lines_in_file(), 1);
+  v[NG_TUNE_GROUPS] = 9;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_F16, 600, v, NULL)); /* the same bucket */
+  v[NG_TUNE_GROUPS] = 7;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 1000, v, NULL));
+  v[NG_TUNE_GROUPS] = 2;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 1000, v, NULL)); /* replaces the 7 */
+  assert_int_equal(lines_in_file(), 3);
+  assert_int_equal(tuned_groups(NG_BF16), 2);
+  assert_int_equal(tuned_groups(NG_F16), 9);
+  assert_int_equal(tuned_groups(NG_F32), 5);
+  ng_context_release(c);
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), 9 * 4 * 1000); /* f16's, the largest grid */
+  NG_EXPECT_STATUS(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_I32, 1000, v, NULL),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(ng_tuning_store_dtype(NULL, "rmsnorm.bwd", NG_BF16, 1000, v, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_store_dtype(c, "nosuch", NG_BF16, 1000, v, NULL),
+                   NG_ERR_INVALID_VALUE);
+  v[NG_TUNE_GROUPS] = 4;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, NULL)); /* every dtype: replaces all three */
+  assert_int_equal(lines_in_file(), 1);
+  assert_int_equal(tuned_groups(NG_F16), 4);
   ng_context_release(c);
 }
 
@@ -233,6 +300,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_store_then_use, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_store, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dtype_lines, setup, teardown),
       cmocka_unit_test_setup_teardown(test_env, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gemm_tuning_args, setup, teardown),
   };

@@ -138,6 +138,7 @@ static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype
          ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
 }
 
+
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
  * (it only says whether dB may be asked for). cp: the plan of rows split across groups, or NULL
  * for launch l. The split kernel keeps its slice of the weight in local memory where it fits
@@ -186,6 +187,20 @@ static ng_rows_mode ln_bwd_mode(bool partials, ng_dtype xd) {
          NG_ROWS_FULL1 | NG_ROWS_F32_1SLOT | (xd == NG_F32 ? 0 : NG_ROWS_HALF_MID_320);
 }
 
+/* The backward's row launch: with both frozen there are no partials, so the forward's larger
+ * grid may be used (larger still for rows of 513-1024 vectors: NG_ROWS_MANY) */
+static ng_row_launch bwd_launch(const ng_context *ctx, ng_dtype xd, size_t rows, size_t n,
+                                bool vec_ok, bool partials) {
+  return ng_choose_row_launch_k(ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", xd,
+                                rows, n, vec_ok, ln_bwd_mode(partials, xd));
+}
+
+bool ng_layernorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool dw,
+                           bool db, ng_row_launch *l, ng_coop *c) {
+  *l = bwd_launch(ctx, xd, rows, n, true, dw || db);
+  return ln_coop_plan(ctx, l, xd, rows, n, dw, db, c);
+}
+
 /* mean[rows] and rstd[rows], f32. */
 static ng_status check_stat(ng_context *ctx, ng_tensor t, const char *what, size_t rows) {
   ng_status s = ng_check_tensor(ctx, t, what, rows, true);
@@ -212,8 +227,8 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
                       ng_vec_aligned(ctx, weight, p->n, 8) && ng_vec_aligned(ctx, bias, p->n, 8);
-  const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.fwd", p->rows, p->n, vec_ok,
-                                                  ln_fwd_mode(x.dtype));
+  const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.fwd", x.dtype, p->rows, p->n,
+                                                  vec_ok, ln_fwd_mode(x.dtype));
   /* rows split across groups where the queue gets a counter area */
   ng_coop cp;
   cl_mem sync = NULL;
@@ -276,8 +291,8 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
    * more groups than bf16's with gradients) or f32, whose launch may hold fewer vectors */
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
-    const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", p->rows, p->n, true,
-                                                   ln_bwd_mode(true, xds[i]));
+    const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.bwd", xds[i], p->rows, p->n,
+                                                   true, ln_bwd_mode(true, xds[i]));
     ng_coop c;
     size_t b = 0;
     if (ln_coop_plan(ctx, &l, xds[i], p->rows, p->n, compute_dweight, compute_dbias, &c))
@@ -322,11 +337,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
                 ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
   if (partials && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
-  /* with both frozen there are no partials, so the forward's larger grid may be used (larger
-   * still for rows of 513-1024 vectors: NG_ROWS_MANY) */
-  const ng_row_launch l = ng_choose_row_launch_k(
-      ctx, partials ? "layernorm.bwd" : "layernorm.bwd_frozen", p->rows, p->n, vec_ok,
-      ln_bwd_mode(partials, x.dtype));
+  const ng_row_launch l = bwd_launch(ctx, x.dtype, p->rows, p->n, vec_ok, partials);
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   /* rows split across groups (whatever is frozen, so that dx has the same bits), when this
    * queue gets a counter area; else the column split (with partials) or rows streamed twice */
@@ -433,18 +444,21 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
     for (size_t ni = 0, n; (n = ng_variant_n(ni)) != 0; ni++)
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
         const ng_dtype xd = fl[xi];
-        const ng_row_launch lf =
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_fwd_mode(xd));
+        /* the kinds as the calls name them, so a tuned or built-in launch is built too */
+        const char *kf = "layernorm.fwd", *kz = "layernorm.bwd_frozen", *kp = "layernorm.bwd";
+        const size_t many = (size_t)1 << 20;
+        const bool al = aligned != 0;
+        const ng_row_launch lf = ng_choose_row_launch_k(ctx, kf, xd, many, n, al, ln_fwd_mode(xd));
         /* a few rows' (NG_ROWS_256X4 leaves them on the old shape) */
-        const ng_row_launch lf1 = ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_fwd_mode(xd));
+        const ng_row_launch lf1 = ng_choose_row_launch_k(ctx, kf, xd, 1, n, al, ln_fwd_mode(xd));
         /* the backward's of many rows and of a few (NG_ROWS_FIT2_640 leaves them on the old
          * shape), frozen (z) or with partials (p) */
         const ng_row_launch lz[2] = {
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(false, xd)),
-            ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_bwd_mode(false, xd))};
+            ng_choose_row_launch_k(ctx, kz, xd, many, n, al, ln_bwd_mode(false, xd)),
+            ng_choose_row_launch_k(ctx, kz, xd, 1, n, al, ln_bwd_mode(false, xd))};
         const ng_row_launch lp[2] = {
-            ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, ln_bwd_mode(true, xd)),
-            ng_choose_row_launch(ctx, 1, n, aligned != 0, ln_bwd_mode(true, xd))};
+            ng_choose_row_launch_k(ctx, kp, xd, many, n, al, ln_bwd_mode(true, xd)),
+            ng_choose_row_launch_k(ctx, kp, xd, 1, n, al, ln_bwd_mode(true, xd))};
         size_t nb, rg;
         const bool split = ng_col_split(ctx, &lp[0], (size_t)1 << 20, n, &nb, &rg);
         ng_coop cf; /* the forward's, instead of lf */

@@ -172,8 +172,9 @@ static bool coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype xd
   /* A single slice that its group nearly fills streams without the next-row prefetch (H100,
    * bf16 8192, one slice of 256 x 4, scan with prefetch=1: with dW 87.1-88.0 -> 82.9-83.7 us,
    * weight frozen 86.4-87.3 -> 82.8-83.3, f16 85.6-85.7 -> 82.5-84.4); a slice three quarters
-   * full (6144: 80.3-81.4 -> 86.5-88.5) and two slices (16384) lost without it. */
-  if (c->slices == 1 && !ctx->tune[NG_TUNE_PREFETCH] &&
+   * full (6144: 80.3-81.4 -> 86.5-88.5) and two slices (16384) lost without it. A prefetch the
+   * override or a table asks for stands (the H200 gains 6.5 % with it at 8192). */
+  if (c->slices == 1 && !c->l.asked_prefetch &&
       n / l->vec > (size_t)c->l.wg * c->l.reg_cols * 15 / 16)
     c->l.prefetch = false;
   return true;
@@ -210,7 +211,7 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
    * partials, so one group per row would make the reduction as long as the batch. The forward
    * takes it too, but for the rows NG_ROWS_PAIRS gives two a group. */
-  ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", bwd ? SIZE_MAX : p->rows, p->n,
+  ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", xd, bwd ? SIZE_MAX : p->rows, p->n,
                                            vec_ok, bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
   l.reg_cols = PN_HELD;
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
@@ -222,6 +223,13 @@ bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype
   const ng_polynorm_params p = {rows, n, 1e-6f};
   const ng_row_launch l = launch(ctx, &p, true, false, false, false, xd);
   return coop_plan(ctx, &l, xd, rows, n, false, false, c);
+}
+
+bool ng_polynorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool dw,
+                          bool db, ng_row_launch *l, ng_coop *c) {
+  const ng_polynorm_params p = {rows, n, 1e-6f};
+  *l = launch(ctx, &p, true, true, dw, db, xd);
+  return coop_plan(ctx, l, xd, rows, n, true, dw, c);
 }
 
 ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
@@ -436,11 +444,13 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
   for (int aligned = 1; aligned >= 0; aligned--)
     for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
-        ng_row_launch lf = ng_choose_row_launch_k(ctx, NULL, (size_t)1 << 20, n, aligned != 0,
-                                                  fwd_mode(fl[xi]));
+        /* the kind as the calls name it, so a tuned or built-in launch is built too */
+        ng_row_launch lf = ng_choose_row_launch_k(ctx, "polynorm", fl[xi], (size_t)1 << 20, n,
+                                                  aligned != 0, fwd_mode(fl[xi]));
         lf.reg_cols = PN_HELD; /* as launch() */
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
-          ng_row_launch lb = ng_choose_row_launch_k(ctx, NULL, (size_t)1 << 20, n, aligned != 0,
+          ng_row_launch lb = ng_choose_row_launch_k(ctx, "polynorm", fl[xi], (size_t)1 << 20, n,
+                                                    aligned != 0,
                                                     bwd_mode(fl[xi], v > 0 && ((v - 1) & 1),
                                                              v > 0 && ((v - 1) >> 1)));
           lb.reg_cols = PN_HELD;

@@ -142,7 +142,7 @@ static bool fwd_plan(const ng_context *ctx, bool fused, const ng_row_launch *l, 
 
 bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c) {
   const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, "rmsnorm.fwd", rows, n, true, fwd_mode(false, n, xd));
+      ng_choose_row_launch_k(ctx, "rmsnorm.fwd", xd, rows, n, true, fwd_mode(false, n, xd));
   return fwd_plan(ctx, false, &l, xd, rows, n, c);
 }
 
@@ -166,8 +166,8 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
   if (fused) vec_ok = vec_ok && ng_vec_aligned(ctx, residual, p->n, 8) &&
                       ng_vec_aligned(ctx, sum, p->n, 8);
   const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", p->rows, p->n,
-                             vec_ok, fwd_mode(fused, p->n, x.dtype));
+      ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", x.dtype,
+                             p->rows, p->n, vec_ok, fwd_mode(fused, p->n, x.dtype));
   /* RMSNorm's rows beyond the launch's registers split across groups, when this queue gets
    * a counter area (fwd_coop says why not the fused add's) */
   ng_coop cp;
@@ -312,7 +312,7 @@ static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fus
 }
 
 /* The fused add's split backward with ds_out runs without the next-row prefetch, except for
- * f32 rows past 32768, unless the override or the tuned table (kind, when given) sets it. H100,
+ * f32 rows past 32768, unless the override or a table sets it (the launch's asked_prefetch). H100,
  * rows·N = 2^25, whole backward, two runs each, prefetch on -> off:
  *  - bf16 with dW 16384 115.6-116.2 -> 110.8-111.3 us (0.79 -> 0.82), 32768 118.8-122.9 ->
  *    114.0-114.3 (0.77 -> 0.80), 65536 120.8-121.0 -> 117.5-118.0; weight frozen 105.1-105.9 ->
@@ -324,12 +324,9 @@ static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fus
  * The other split backwards lost without it (RMSNorm 65536 94.6 -> 102.9-103.5, LayerNorm 32768
  * 98.2-98.4 -> 111.9-112.0, PolyNorm 16384 83.2-83.5 -> 85.2-85.4), as did the fused add's held
  * rows (1024-8192 with dW: 101-117 -> 115-126). */
-static void coop_prefetch(const ng_context *ctx, bool fused, bool has_ds, ng_dtype xd,
-                          const char *kind, size_t n, ng_coop *cp) {
-  if (rms_kernel(fused, has_ds) || ctx->tune[NG_TUNE_PREFETCH]) return;
+static void coop_prefetch(bool fused, bool has_ds, ng_dtype xd, size_t n, ng_coop *cp) {
+  if (rms_kernel(fused, has_ds) || cp->l.asked_prefetch) return;
   if (xd == NG_F32 && n > 32768) return;
-  unsigned v[NG_TUNE_SLOTS] = {0};
-  if (kind && ng_tuned_lookup(ctx, kind, n, v) && v[NG_TUNE_PREFETCH]) return;
   cp->l.prefetch = false;
 }
 
@@ -386,8 +383,8 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (int ds = fused ? 1 : 0; ds >= 0 && s == NG_SUCCESS; ds--) {
     for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
-      const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, true), p->rows, p->n,
-                                                     true, rms_bwd_mode(true, ds, xds[i]));
+      const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, true), xds[i], p->rows,
+                                                     p->n, true, rms_bwd_mode(true, ds, xds[i]));
       ng_coop c;
       size_t b = 0;
       if (rms_bwd_plan(ctx, &l, fused, ds, true, xds[i], p->rows, p->n, &c))
@@ -462,7 +459,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw), p->rows, p->n, vec_ok,
+      ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw), x.dtype, p->rows, p->n, vec_ok,
                              rms_bwd_mode(compute_dw, has_ds, x.dtype));
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
@@ -472,7 +469,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
     s = ng_coop_sync(ctx, queue, &cp, &sync);
   if (s != NG_SUCCESS) return s;
   const bool coop = sync != NULL;
-  if (coop) coop_prefetch(ctx, fused, has_ds, x.dtype, rms_kind(fused, compute_dw), p->n, &cp);
+  if (coop) coop_prefetch(fused, has_ds, x.dtype, p->n, &cp);
   size_t nblocks = 0, rgroups = 0;
   const bool split =
       compute_dw && !coop && ng_col_split(ctx, &l, p->rows, p->n, &nblocks, &rgroups);
@@ -628,11 +625,14 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
            * add's backward with ds_out */
           const ng_rows_mode mode = pass == 0 ? fwd_mode(fused, n, fl[xi])
                                               : rms_bwd_mode(pass == 2, false, fl[xi]);
+          /* the kind as the calls name it, so a tuned or built-in launch is built too */
+          const char *k = pass == 0 ? (fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd")
+                                    : rms_kind(fused, pass == 2);
           const ng_row_launch ls[3] = {
-              ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0, mode),
-              ng_choose_row_launch(ctx, 1, n, aligned != 0, mode),
-              ng_choose_row_launch(ctx, (size_t)1 << 20, n, aligned != 0,
-                                   rms_bwd_mode(pass == 2, true, fl[xi]))};
+              ng_choose_row_launch_k(ctx, k, fl[xi], (size_t)1 << 20, n, aligned != 0, mode),
+              ng_choose_row_launch_k(ctx, k, fl[xi], 1, n, aligned != 0, mode),
+              ng_choose_row_launch_k(ctx, k, fl[xi], (size_t)1 << 20, n, aligned != 0,
+                                     rms_bwd_mode(pass == 2, true, fl[xi]))};
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
@@ -645,7 +645,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
                   pass > 0 ? rms_bwd_plan(ctx, &l, fused, ds != 0, pass == 2, fl[xi],
                                           (size_t)1 << 20, n, &cp)
                            : fwd_plan(ctx, fused, &l, fl[xi], (size_t)1 << 20, n, &cp);
-              if (coop && pass > 0) coop_prefetch(ctx, fused, ds != 0, fl[xi], NULL, n, &cp);
+              if (coop && pass > 0) coop_prefetch(fused, ds != 0, fl[xi], n, &cp);
               const bool fused_red =
                   pass == 2 && (coop ? ng_coop_fused_wanted(ctx, &cp, n, 1, true)
                                      : ng_fused_wanted(ctx, &l, n, 1,

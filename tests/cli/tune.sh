@@ -53,9 +53,11 @@ else:
     assert d["confirmed"] == "default" and d["confirmed_speedup"] == 1.0, d
 PY
 if grep -q '"stored":true' "$T/out"; then
-  grep -q "rmsnorm.bwd 9 " "$T/cache/tuning.txt" || fail "stored: yes but no rmsnorm.bwd line"
+  # the line is the tuned dtype's (bf16, tune's default)
+  grep -q "rmsnorm.bwd 9 dtype=bf16 " "$T/cache/tuning.txt" ||
+    fail "stored: yes but no bf16 rmsnorm.bwd line: $(cat "$T/cache/tuning.txt")"
   # the stored values are used: a run with them still computes what the default computes
-  expect 0 "$CLI" bench rmsnorm --rows 32 --hidden 1000 --dtype f32
+  expect 0 "$CLI" bench rmsnorm --rows 32 --hidden 1000 --dtype bf16
 else
   [ -e "$T/cache/tuning.txt" ] && grep -q "rmsnorm.bwd" "$T/cache/tuning.txt" &&
     fail "stored: false but tuning.txt has the line"

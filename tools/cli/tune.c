@@ -376,7 +376,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   const char *stored = ntop ? "no (not confirmed)" : "no (the default is as fast)";
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
-    s = ng_tuning_store(env->ctx, kind, n, cs[won].v, comment);
+    s = ng_tuning_store_dtype(env->ctx, kind, dt, n, cs[won].v, comment);
     if (s != NG_SUCCESS) {
       rc = cli_fail_status(s, "tune: store", err, sizeof err);
       return cli_error(CLI_DEVICE, "tune %s N=%zu %s: %s", op->name, n, pass, err);
