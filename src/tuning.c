@@ -241,6 +241,8 @@ void ng_tuning_load(ng_context *ctx) {
 #define BF16 NG_DTYPE_BIT(NG_BF16)
 #define X16 (NG_DTYPE_BIT(NG_BF16) | NG_DTYPE_BIT(NG_F16))
 #define ALL (X16 | NG_DTYPE_BIT(NG_F32))
+#define F32 NG_DTYPE_BIT(NG_F32)
+#define F16 NG_DTYPE_BIT(NG_F16)
 static const ng_builtin_tune builtin[] = {
     /* RMSNorm's backward with dW on 1024 x 2, a group a compute unit, instead of 512 x 4: bf16
      * 9216-16384 -4.5 to -9.7 % (8704 -1.1 %; its frozen pass, on the same shape for dx's bits,
@@ -261,10 +263,25 @@ static const ng_builtin_tune builtin[] = {
      * (coop_plan in src/ops/polynorm.c): the backward -2.8 to -6.3 % in bf16 and f16 at
      * 7936-8192, f32 and the forward even */
     {"NVIDIA H200", "polynorm", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
+    /* f32 rows, whose rules were set on the H100 from fewer measurements (tuner scans in f32,
+     * 2026-11-29): RMSNorm's forward on 512 x 4, 1056 groups, no prefetch, at 9216-16384
+     * (-12.5 to -18.4 %) and on 256 x 4, 4096 groups, at 6144-8192 (-9 to -15 %) */
+    {"NVIDIA H200", "rmsnorm.fwd", F32, 9216, 16384, NG_BUILTIN_V(512, 1056, 4, 1)},
+    {"NVIDIA H200", "rmsnorm.fwd", F32, 6144, 8192, NG_BUILTIN_V(256, 4096, 4, 2)},
+    /* LayerNorm's forward on 512 x 2, 2112 groups, no prefetch: -16.5 to -25 % at 4608-8192 */
+    {"NVIDIA H200", "layernorm.fwd", F32, 4608, 8192, NG_BUILTIN_V(512, 2112, 2, 1)},
+    /* RMSNorm's backward with dW on 128 x 4, 264 groups: -23 to -27 % at 2560-4096; its frozen
+     * pass on the same shape -16 to -31 % (in f16 the scan's 256 x 4 at 8192 gained 11 % with dW
+     * and lost 32 % frozen, so f16 keeps the rules) */
+    {"NVIDIA H200", "rmsnorm.bwd", F32, 2560, 4096, NG_BUILTIN_V(128, 264, 4, 2)},
+    /* LayerNorm's both-frozen f16 backward on four groups a compute unit: -3.3 to -7.9 % */
+    {"NVIDIA H200", "layernorm.bwd_frozen", F16, 6144, 8192, NG_BUILTIN_V(0, 528, 0, 2)},
 };
 #undef BF16
 #undef X16
 #undef ALL
+#undef F32
+#undef F16
 #undef NG_BUILTIN_V
 
 const ng_builtin_tune *ng_tuning_builtin(size_t *count) {

@@ -505,6 +505,10 @@ static void test_builtin_entries(void **state) {
     if (!(e->lo <= e->hi && e->lo > 1 && e->dtypes && !(e->dtypes & ~7u) && valid_values(e->v)))
       fail_msg("entry %zu (%s, %zu-%zu) is malformed", i, e->kind, e->lo, e->hi);
     assert_string_equal(e->device, "NVIDIA H200");
+    for (size_t j = 0; j < i; j++) /* an earlier entry would shadow this one */
+      if (!strcmp(t[j].device, e->device) && !strcmp(t[j].kind, e->kind) &&
+          (t[j].dtypes & e->dtypes) && t[j].lo <= e->hi && e->lo <= t[j].hi)
+        fail_msg("entries %zu and %zu (%s) overlap", j, i, e->kind);
     for (size_t d = 0; d < NG_ARRAY_LEN(dts); d++) {
       const bool serves = (e->dtypes & NG_DTYPE_BIT(dts[d])) != 0;
       const size_t ns[] = {e->lo, (e->lo + e->hi) / 2, e->hi};
@@ -539,7 +543,8 @@ static void test_builtin_entries(void **state) {
  * backward at 16384 on 1024 x 2 a group a compute unit, its frozen pass on the same shape (dx's
  * bits) but not its f16 passes; LayerNorm's both-frozen split rows on four groups a compute
  * unit, and its f16 rows of 2048 on a grid with the prefetch; PolyNorm's single slice at 8192
- * with the prefetch. An H100 keeps the rules' launches. */
+ * with the prefetch; RMSNorm's f32 rows on their own shapes. An H100 keeps the rules'
+ * launches. */
 static void test_builtin_launches(void **state) {
   (void)state;
   ng_context *h2 = h200(), *h1 = h100();
@@ -557,6 +562,20 @@ static void test_builtin_launches(void **state) {
     assert_int_not_equal(f.wg * 8 + f.reg_cols, 1024 * 8 + 2);
     assert_int_not_equal(o.wg * 8 + o.reg_cols, 1024 * 8 + 2);
   }
+  /* f32: RMSNorm's backward at 4096 on 128 x 4, frozen too; its forward at 16384 on 512 x 4 */
+  for (int frozen = 0; frozen < 2; frozen++) {
+    const ng_row_launch a =
+        ng_choose_row_launch_k(h2, frozen ? "rmsnorm.bwd_frozen" : "rmsnorm.bwd", NG_F32, 8192,
+                               4096, true, ng_bwd_mode(!frozen, NG_F32));
+    assert_int_equal(a.wg, 128);
+    assert_int_equal(a.reg_cols, 4);
+  }
+  const ng_row_launch rf = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 2048, 16384, true,
+                                                  NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
+  assert_int_equal(rf.wg, 512);
+  assert_int_equal(rf.reg_cols, 4);
+  assert_int_equal(rf.groups, 1056);
+  assert_false(rf.prefetch);
   ng_row_launch l;
   ng_coop c2, c1;
   assert_true(ng_layernorm_bwd_plan(h2, 512, 65536, NG_BF16, false, false, &l, &c2));
