@@ -276,6 +276,22 @@ static const ng_builtin_tune builtin[] = {
     {"NVIDIA H200", "rmsnorm.bwd", F32, 2560, 4096, NG_BUILTIN_V(128, 264, 4, 2)},
     /* LayerNorm's both-frozen f16 backward on four groups a compute unit: -3.3 to -7.9 % */
     {"NVIDIA H200", "layernorm.bwd_frozen", F16, 6144, 8192, NG_BUILTIN_V(0, 528, 0, 2)},
+    /* A second round of scans (the same day; measured under NORMGRAD_TUNE with the entry's
+     * values, each frozen pass with the shape alone, as the table gives it):
+     * RMSNorm's f32 forward on 128 x 4, 8192 groups: -7.6 to -8.7 % at 3072-4096 */
+    {"NVIDIA H200", "rmsnorm.fwd", F32, 3072, 4096, NG_BUILTIN_V(128, 8192, 4, 2)},
+    /* the fused add's f32 forward on 1024 x 4, 1056 groups, no prefetch: -8 to -15 % at
+     * 24576-32768 */
+    {"NVIDIA H200", "fused-add-rmsnorm.fwd", F32, 24576, 32768, NG_BUILTIN_V(1024, 1056, 4, 1)},
+    /* LayerNorm's f32 backward on 256 x 2, 264 groups, no prefetch at 3072-4096 (with dW and dB
+     * -19 to -20 %; on that shape dB alone -13 %, both frozen -13 %) and on 128 x 2 with the
+     * prefetch at 2048 (-12.5 %; dB alone -11 %, both frozen -8 %; 1536 even) */
+    {"NVIDIA H200", "layernorm.bwd", F32, 3072, 4096, NG_BUILTIN_V(256, 264, 2, 1)},
+    {"NVIDIA H200", "layernorm.bwd", F32, 2048, 2048, NG_BUILTIN_V(128, 264, 2, 2)},
+    /* LayerNorm's f16 forward on 128 x 4 a group a row at 4096 (-6.3 %; 3072 +1 %) and on
+     * 64 x 2, 32768 groups, at 768-1024 (-4.2 to -5.3 %) */
+    {"NVIDIA H200", "layernorm.fwd", F16, 4096, 4096, NG_BUILTIN_V(128, 8192, 4, 1)},
+    {"NVIDIA H200", "layernorm.fwd", F16, 768, 1024, NG_BUILTIN_V(64, 32768, 2, 2)},
 };
 #undef BF16
 #undef X16
