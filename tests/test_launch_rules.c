@@ -609,7 +609,8 @@ static void test_builtin_launches(void **state) {
 /* A tuned line (tuning.txt) reaches the rows split across groups, as the override does: its
  * group count sets the split grid, its prefetch stands against PolyNorm's single-slice rule.
  * Until 2026-11-29 the split plans read the override alone, so `normgrad-cli tune`'s stored
- * grids for split rows were ignored. */
+ * grids for split rows were ignored. A line without values masks the built-in table's entry for
+ * its bucket and dtype. */
 static void test_tuned_split(void **state) {
   (void)state;
   const char *old = getenv("NORMGRAD_CACHE_DIR");
@@ -624,6 +625,16 @@ static void test_tuned_split(void **state) {
   v[NG_TUNE_GROUPS] = 0;
   v[NG_TUNE_PREFETCH] = 2;
   NG_OK(ng_tuning_store(c, "polynorm", 8192, v, "test"));
+  /* a line without values (the rules' choice) masks the built-in table's entry for its bucket */
+  const unsigned none[NG_TUNE_SLOTS] = {0};
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 16384, none, "test"));
+  ng_context_release(c);
+  c = h200();
+  const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512;
+  assert_int_not_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 16384, true, bdw).wg,
+                       1024);
+  assert_int_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 10240, true, bdw).wg,
+                   1024); /* another bucket: the entry */
   ng_context_release(c);
   c = h100(); /* reads the lines */
   ng_row_launch l;
