@@ -434,7 +434,8 @@ bool ng_gemm_apply_xgemm(const ng_context *ctx, const char *params);
 /* An entry of the built-in table (src/tuning.c): values for a kind on one device model, for
  * row lengths lo..hi; the whole table, for the tests. */
 typedef struct ng_builtin_tune {
-  const char *device; /* CL_DEVICE_NAME, exactly */
+  const char *device;     /* CL_DEVICE_NAME, exactly */
+  unsigned compute_units; /* and this many (a MIG slice of the device reports fewer) */
   const char *kind;
   unsigned dtypes; /* the x dtypes it serves: NG_DTYPE_BIT(NG_BF16) | … */
   size_t lo, hi;

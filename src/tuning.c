@@ -231,13 +231,16 @@ void ng_tuning_load(ng_context *ctx) {
  * Launches that `normgrad-cli tune` found on one device model and alternating runs confirmed
  * faster than the rules, shipped by device name as CLBlast ships its tuned parameters: the rules
  * were set on the H100, and nothing OpenCL reports (it gives no bandwidth) tells an H200 from it.
- * An entry names the device exactly (CL_DEVICE_NAME), a kind and the row lengths it was measured
- * on, and serves every dtype that measured even or faster (docs/tuning.md, "The built-in
+ * An entry names the device exactly (CL_DEVICE_NAME) with its compute units, a kind and the row
+ * lengths it was measured on, and serves every dtype that measured even or faster (docs/tuning.md, "The built-in
  * table"). tuning.txt's lines come first and an override before both; table=1 turns both off.
  * A frozen kind takes its group shape from the kind with dW, as from tuning.txt. */
 #define NG_BUILTIN_V(wg_, groups_, reg_, pf_)                                                      \
   {[NG_TUNE_WORKGROUP] = (wg_), [NG_TUNE_GROUPS] = (groups_), [NG_TUNE_REG_COLS] = (reg_),         \
    [NG_TUNE_PREFETCH] = (pf_)}
+/* the measured device: a MIG slice has its name and fewer compute units, for which grids of
+ * 528 or 1056 groups were not measured */
+#define H200 "NVIDIA H200", 132
 #define BF16 NG_DTYPE_BIT(NG_BF16)
 #define X16 (NG_DTYPE_BIT(NG_BF16) | NG_DTYPE_BIT(NG_F16))
 #define ALL (X16 | NG_DTYPE_BIT(NG_F32))
@@ -247,52 +250,53 @@ static const ng_builtin_tune builtin[] = {
     /* RMSNorm's backward with dW on 1024 x 2, a group a compute unit, instead of 512 x 4: bf16
      * 9216-16384 -4.5 to -9.7 % (8704 -1.1 %; its frozen pass, on the same shape for dx's bits,
      * even to -4.8 %); f16 +11 to +25 % and f32 +46 %, so bf16 alone */
-    {"NVIDIA H200", "rmsnorm.bwd", BF16, 9216, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
+    {H200, "rmsnorm.bwd", BF16, 9216, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
     /* the fused add's forward on 1024 x 2, two groups a compute unit with the prefetch, instead
      * of 512 x 4 (NG_ROWS_512X4): bf16 and f16 8704-16384 -4.8 to -8.6 %, f32 +10 % */
-    {"NVIDIA H200", "fused-add-rmsnorm.fwd", X16, 8704, 16384, NG_BUILTIN_V(1024, 264, 2, 2)},
+    {H200, "fused-add-rmsnorm.fwd", X16, 8704, 16384, NG_BUILTIN_V(1024, 264, 2, 2)},
     /* LayerNorm's both-frozen backward of split rows on four groups a compute unit instead of
      * three: -3.4 to -7.3 % in bf16 and f16 at 32768-131072, f32 -12.8 % at 65536, even at
      * 131072 */
-    {"NVIDIA H200", "layernorm.bwd_frozen", ALL, 32768, 131072, NG_BUILTIN_V(0, 528, 0, 2)},
+    {H200, "layernorm.bwd_frozen", ALL, 32768, 131072, NG_BUILTIN_V(0, 528, 0, 2)},
     /* ... and at 2048, a persistent grid of 16 groups a compute unit with the next-row prefetch
      * instead of a group a row (NG_ROWS_FULL1): bf16 -5.6 to -6.1 %, f16 -7.1 %; f32 lost 16 %,
      * 1792, 2304 and 2560 lost 1-8.5 % */
-    {"NVIDIA H200", "layernorm.bwd_frozen", X16, 2048, 2048, NG_BUILTIN_V(0, 2112, 0, 2)},
+    {H200, "layernorm.bwd_frozen", X16, 2048, 2048, NG_BUILTIN_V(0, 2112, 0, 2)},
     /* PolyNorm's single slice with the next-row prefetch, which the H100 measured 4-5 % slower
      * (coop_plan in src/ops/polynorm.c): the backward -2.8 to -6.3 % in bf16 and f16 at
      * 7936-8192, f32 and the forward even */
-    {"NVIDIA H200", "polynorm", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
+    {H200, "polynorm", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
     /* f32 rows, whose rules were set on the H100 from fewer measurements (tuner scans in f32,
      * 2026-11-29): RMSNorm's forward on 512 x 4, 1056 groups, no prefetch, at 9216-16384
      * (-12.5 to -18.4 %) and on 256 x 4, 4096 groups, at 6144-8192 (-9 to -15 %) */
-    {"NVIDIA H200", "rmsnorm.fwd", F32, 9216, 16384, NG_BUILTIN_V(512, 1056, 4, 1)},
-    {"NVIDIA H200", "rmsnorm.fwd", F32, 6144, 8192, NG_BUILTIN_V(256, 4096, 4, 2)},
+    {H200, "rmsnorm.fwd", F32, 9216, 16384, NG_BUILTIN_V(512, 1056, 4, 1)},
+    {H200, "rmsnorm.fwd", F32, 6144, 8192, NG_BUILTIN_V(256, 4096, 4, 2)},
     /* LayerNorm's forward on 512 x 2, 2112 groups, no prefetch: -16.5 to -25 % at 4608-8192 */
-    {"NVIDIA H200", "layernorm.fwd", F32, 4608, 8192, NG_BUILTIN_V(512, 2112, 2, 1)},
+    {H200, "layernorm.fwd", F32, 4608, 8192, NG_BUILTIN_V(512, 2112, 2, 1)},
     /* RMSNorm's backward with dW on 128 x 4, 264 groups: -23 to -27 % at 2560-4096; its frozen
      * pass on the same shape -16 to -31 % (in f16 the scan's 256 x 4 at 8192 gained 11 % with dW
      * and lost 32 % frozen, so f16 keeps the rules) */
-    {"NVIDIA H200", "rmsnorm.bwd", F32, 2560, 4096, NG_BUILTIN_V(128, 264, 4, 2)},
+    {H200, "rmsnorm.bwd", F32, 2560, 4096, NG_BUILTIN_V(128, 264, 4, 2)},
     /* LayerNorm's both-frozen f16 backward on four groups a compute unit: -3.3 to -7.9 % */
-    {"NVIDIA H200", "layernorm.bwd_frozen", F16, 6144, 8192, NG_BUILTIN_V(0, 528, 0, 2)},
+    {H200, "layernorm.bwd_frozen", F16, 6144, 8192, NG_BUILTIN_V(0, 528, 0, 2)},
     /* A second round of scans (the same day; measured under NORMGRAD_TUNE with the entry's
      * values, each frozen pass with the shape alone, as the table gives it):
      * RMSNorm's f32 forward on 128 x 4, 8192 groups: -7.6 to -8.7 % at 3072-4096 */
-    {"NVIDIA H200", "rmsnorm.fwd", F32, 3072, 4096, NG_BUILTIN_V(128, 8192, 4, 2)},
+    {H200, "rmsnorm.fwd", F32, 3072, 4096, NG_BUILTIN_V(128, 8192, 4, 2)},
     /* the fused add's f32 forward on 1024 x 4, 1056 groups, no prefetch: -8 to -15 % at
      * 24576-32768 */
-    {"NVIDIA H200", "fused-add-rmsnorm.fwd", F32, 24576, 32768, NG_BUILTIN_V(1024, 1056, 4, 1)},
+    {H200, "fused-add-rmsnorm.fwd", F32, 24576, 32768, NG_BUILTIN_V(1024, 1056, 4, 1)},
     /* LayerNorm's f32 backward on 256 x 2, 264 groups, no prefetch at 3072-4096 (with dW and dB
      * -19 to -20 %; on that shape dB alone -13 %, both frozen -13 %) and on 128 x 2 with the
      * prefetch at 2048 (-12.5 %; dB alone -11 %, both frozen -8 %; 1536 even) */
-    {"NVIDIA H200", "layernorm.bwd", F32, 3072, 4096, NG_BUILTIN_V(256, 264, 2, 1)},
-    {"NVIDIA H200", "layernorm.bwd", F32, 2048, 2048, NG_BUILTIN_V(128, 264, 2, 2)},
+    {H200, "layernorm.bwd", F32, 3072, 4096, NG_BUILTIN_V(256, 264, 2, 1)},
+    {H200, "layernorm.bwd", F32, 2048, 2048, NG_BUILTIN_V(128, 264, 2, 2)},
     /* LayerNorm's f16 forward on 128 x 4 a group a row at 4096 (-6.3 %; 3072 +1 %) and on
      * 64 x 2, 32768 groups, at 768-1024 (-4.2 to -5.3 %) */
-    {"NVIDIA H200", "layernorm.fwd", F16, 4096, 4096, NG_BUILTIN_V(128, 8192, 4, 1)},
-    {"NVIDIA H200", "layernorm.fwd", F16, 768, 1024, NG_BUILTIN_V(64, 32768, 2, 2)},
+    {H200, "layernorm.fwd", F16, 4096, 4096, NG_BUILTIN_V(128, 8192, 4, 1)},
+    {H200, "layernorm.fwd", F16, 768, 1024, NG_BUILTIN_V(64, 32768, 2, 2)},
 };
+#undef H200
 #undef BF16
 #undef X16
 #undef ALL
@@ -326,7 +330,7 @@ bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_
   }
   for (size_t i = 0; i < NG_ARRAY_LEN(builtin); i++)
     if (n >= builtin[i].lo && n <= builtin[i].hi && (builtin[i].dtypes & NG_DTYPE_BIT(xd)) &&
-        !strcmp(kind, builtin[i].kind) &&
+        !strcmp(kind, builtin[i].kind) && ctx->info.compute_units == builtin[i].compute_units &&
         !strcmp(ctx->info.name, builtin[i].device)) {
       memcpy(v, builtin[i].v, sizeof(unsigned) * NG_TUNE_SLOTS);
       return true;

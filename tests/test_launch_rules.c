@@ -492,7 +492,8 @@ static bool valid_values(const unsigned v[NG_TUNE_SLOTS]) {
 }
 
 /* The built-in table: each entry serves its device, kind, dtypes and lengths and nothing else,
- * with values the device can take; table=1 and other device names see none of it. */
+ * with values the device can take; table=1, other device names and a MIG slice (the name with
+ * fewer compute units) see none of it. */
 static void test_builtin_entries(void **state) {
   (void)state;
   ng_context *h2 = h200(), *h1 = h100();
@@ -505,6 +506,7 @@ static void test_builtin_entries(void **state) {
     if (!(e->lo <= e->hi && e->lo > 1 && e->dtypes && !(e->dtypes & ~7u) && valid_values(e->v)))
       fail_msg("entry %zu (%s, %zu-%zu) is malformed", i, e->kind, e->lo, e->hi);
     assert_string_equal(e->device, "NVIDIA H200");
+    assert_int_equal(e->compute_units, 132);
     for (size_t j = 0; j < i; j++) /* an earlier entry would shadow this one */
       if (!strcmp(t[j].device, e->device) && !strcmp(t[j].kind, e->kind) &&
           (t[j].dtypes & e->dtypes) && t[j].lo <= e->hi && e->lo <= t[j].hi)
@@ -532,8 +534,12 @@ static void test_builtin_entries(void **state) {
   assert_false(ng_tuned_lookup(h2, NULL, NG_BF16, 16384, v));
   NG_OK(ng_context_override(h2, NG_TUNE_TABLE, 1));
   assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 16384, v));
-  /* the exact name: an H200 NVL was not measured */
+  /* the exact name: an H200 NVL was not measured; nor a MIG slice (the name, fewer units) */
   snprintf(h1->info.name, sizeof h1->info.name, "%s", "NVIDIA H200 NVL");
+  assert_false(ng_tuned_lookup(h1, "rmsnorm.bwd", NG_BF16, 16384, v));
+  snprintf(h1->info.name, sizeof h1->info.name, "%s", "NVIDIA H200");
+  assert_true(ng_tuned_lookup(h1, "rmsnorm.bwd", NG_BF16, 16384, v));
+  h1->info.compute_units = 16;
   assert_false(ng_tuned_lookup(h1, "rmsnorm.bwd", NG_BF16, 16384, v));
   ng_context_release(h2);
   ng_context_release(h1);
