@@ -95,7 +95,7 @@ ng_status ng_tune_from_env(ng_context *ctx) {
 static const char *const tuned_kinds[] = {
     "rmsnorm.fwd",   "rmsnorm.bwd",   "rmsnorm.bwd_frozen",   "fused-add-rmsnorm.fwd",
     "fused-add-rmsnorm.bwd", "fused-add-rmsnorm.bwd_frozen", "layernorm.fwd", "layernorm.bwd",
-    "layernorm.bwd_frozen", "polynorm"};
+    "layernorm.bwd_frozen", "polynorm", "polynorm.fwd", "polynorm.bwd"};
 
 static int kind_index(const char *kind) {
   for (size_t i = 0; i < NG_ARRAY_LEN(tuned_kinds); i++)
@@ -262,10 +262,10 @@ static const ng_builtin_tune builtin[] = {
      * instead of a group a row (NG_ROWS_FULL1): bf16 -5.6 to -6.1 %, f16 -7.1 %; f32 lost 16 %,
      * 1792, 2304 and 2560 lost 1-8.5 % */
     {H200, "layernorm.bwd_frozen", X16, 2048, 2048, NG_BUILTIN_V(0, 2112, 0, 2)},
-    /* PolyNorm's single slice with the next-row prefetch, which the H100 measured 4-5 % slower
-     * (coop_plan in src/ops/polynorm.c): the backward -2.8 to -6.3 % in bf16 and f16 at
-     * 7936-8192, f32 and the forward even */
-    {H200, "polynorm", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
+    /* PolyNorm's backward: the single slice with the next-row prefetch, which the H100 measured
+     * 4-5 % slower (coop_plan in src/ops/polynorm.c): -2.8 to -6.3 % in bf16 and f16 at
+     * 7936-8192, f32 even (the forward, on which it was measured too, even) */
+    {H200, "polynorm.bwd", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
     /* f32 rows, whose rules were set on the H100 from fewer measurements (tuner scans in f32,
      * 2026-11-29): RMSNorm's forward on 512 x 4, 1056 groups, no prefetch, at 9216-16384
      * (-12.5 to -18.4 %) and on 256 x 4, 4096 groups, at 6144-8192 (-9 to -15 %) */
@@ -309,10 +309,11 @@ const ng_builtin_tune *ng_tuning_builtin(size_t *count) {
   return builtin;
 }
 
-bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
-                     unsigned v[NG_TUNE_SLOTS]) {
-  if (!kind || ctx->tune[NG_TUNE_TABLE] == 1) return false;
+/* tuning.txt's line for (kind, the bucket of n, xd), else its line for every dtype */
+static bool file_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
+                        unsigned v[NG_TUNE_SLOTS]) {
   const int k = kind_index(kind);
+  if (k < 0) return false;
   const unsigned b = log2_floor(n ? n : 1);
   const ng_tuned_entry *any = NULL; /* a line for every dtype, if none names this one */
   for (size_t i = 0; i < ctx->n_tuned; i++) {
@@ -324,10 +325,12 @@ bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_
     }
     if (e->dtype < 0) any = e;
   }
-  if (any) {
-    memcpy(v, any->v, sizeof(unsigned) * NG_TUNE_SLOTS);
-    return true;
-  }
+  if (any) memcpy(v, any->v, sizeof(unsigned) * NG_TUNE_SLOTS);
+  return any != NULL;
+}
+
+static bool builtin_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
+                           unsigned v[NG_TUNE_SLOTS]) {
   for (size_t i = 0; i < NG_ARRAY_LEN(builtin); i++)
     if (n >= builtin[i].lo && n <= builtin[i].hi && (builtin[i].dtypes & NG_DTYPE_BIT(xd)) &&
         !strcmp(kind, builtin[i].kind) && ctx->info.compute_units == builtin[i].compute_units &&
@@ -336,6 +339,23 @@ bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_
       return true;
     }
   return false;
+}
+
+bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
+                     unsigned v[NG_TUNE_SLOTS]) {
+  if (!kind || ctx->tune[NG_TUNE_TABLE] == 1) return false;
+  /* "polynorm.fwd" and "polynorm.bwd" also take the lines of "polynorm", the one kind of both
+   * passes before 2026-11-29: tuning.txt's lines of either before the built-in table's */
+  char parent[32] = "";
+  const char *dot = strchr(kind, '.');
+  if (dot && (size_t)(dot - kind) < sizeof parent) {
+    memcpy(parent, kind, (size_t)(dot - kind));
+    parent[dot - kind] = '\0';
+    if (kind_index(parent) < 0) parent[0] = '\0';
+  }
+  return file_lookup(ctx, kind, xd, n, v) || (parent[0] && file_lookup(ctx, parent, xd, n, v)) ||
+         builtin_lookup(ctx, kind, xd, n, v) ||
+         (parent[0] && builtin_lookup(ctx, parent, xd, n, v));
 }
 
 /* dtype -1: a line for every dtype */

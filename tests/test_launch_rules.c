@@ -192,7 +192,7 @@ static void test_half_mid(void **state) {
     const ng_polynorm_params pp = {((size_t)1 << 25) / n, n, 1e-6f};
     for (int gi = 1; gi < 3; gi++) {
       const ng_row_launch b = ng_choose_row_launch_k(
-          c, "polynorm", NG_BF16, SIZE_MAX, n, true,
+          c, "polynorm.bwd", NG_BF16, SIZE_MAX, n, true,
           NG_ROWS_POLY_BWD | NG_ROWS_X16 | NG_ROWS_HALF_MID |
               (gi == 1 ? NG_ROWS_POLY_DW : NG_ROWS_POLY_DB));
       size_t bytes = 0;
@@ -649,7 +649,21 @@ static void test_tuned_split(void **state) {
   assert_int_equal(cp.l.groups, 640 / cp.slices * cp.slices);
   assert_int_not_equal(cp.l.groups, 396 / cp.slices * cp.slices); /* the rules' grid */
   assert_true(ng_polynorm_bwd_plan(c, 4096, 8192, NG_BF16, true, true, &l, &cp));
-  assert_true(cp.l.prefetch);
+  assert_true(cp.l.prefetch); /* the old kind "polynorm" serves the backward ... */
+  const ng_rows_mode pf = NG_ROWS_FWD | NG_ROWS_PAIRS | NG_ROWS_X16;
+  assert_true(ng_choose_row_launch_k(c, "polynorm.fwd", NG_BF16, 4096, 8192, true, pf).asked_prefetch);
+  /* ... and the forward; lines of the new kinds serve their own pass alone */
+  v[NG_TUNE_PREFETCH] = 0;
+  v[NG_TUNE_GROUPS] = 7;
+  NG_OK(ng_tuning_store(c, "polynorm.fwd", 16384, v, "test"));
+  v[NG_TUNE_GROUPS] = 9;
+  NG_OK(ng_tuning_store(c, "polynorm.bwd", 16384, v, "test"));
+  ng_context_release(c);
+  c = h100();
+  assert_int_equal(ng_choose_row_launch_k(c, "polynorm.fwd", NG_BF16, 2048, 16384, true, pf).groups,
+                   7);
+  assert_true(ng_polynorm_bwd_plan(c, 2048, 16384, NG_BF16, true, true, &l, &cp));
+  assert_int_equal(cp.l.groups, 9 / cp.slices * cp.slices);
   /* the override still comes first */
   NG_OK(ng_context_override(c, NG_TUNE_GROUPS, 264));
   assert_true(ng_layernorm_bwd_plan(c, 512, 65536, NG_BF16, false, false, &l, &cp));

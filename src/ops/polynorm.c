@@ -211,8 +211,9 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
    * partials, so one group per row would make the reduction as long as the batch. The forward
    * takes it too, but for the rows NG_ROWS_PAIRS gives two a group. */
-  ng_row_launch l = ng_choose_row_launch_k(ctx, "polynorm", xd, bwd ? SIZE_MAX : p->rows, p->n,
-                                           vec_ok, bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
+  ng_row_launch l =
+      ng_choose_row_launch_k(ctx, bwd ? "polynorm.bwd" : "polynorm.fwd", xd, bwd ? SIZE_MAX : p->rows,
+                             p->n, vec_ok, bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
   l.reg_cols = PN_HELD;
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
   if (l.groups == 0) l.groups = 1;
@@ -445,12 +446,12 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
     for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
         /* the kind as the calls name it, so a tuned or built-in launch is built too */
-        ng_row_launch lf = ng_choose_row_launch_k(ctx, "polynorm", fl[xi], (size_t)1 << 20, n,
-                                                  aligned != 0, fwd_mode(fl[xi]));
+        ng_row_launch lf = ng_choose_row_launch_k(ctx, "polynorm.fwd", fl[xi], (size_t)1 << 20,
+                                                  n, aligned != 0, fwd_mode(fl[xi]));
         lf.reg_cols = PN_HELD; /* as launch() */
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
-          ng_row_launch lb = ng_choose_row_launch_k(ctx, "polynorm", fl[xi], (size_t)1 << 20, n,
-                                                    aligned != 0,
+          ng_row_launch lb = ng_choose_row_launch_k(ctx, "polynorm.bwd", fl[xi], (size_t)1 << 20,
+                                                    n, aligned != 0,
                                                     bwd_mode(fl[xi], v > 0 && ((v - 1) & 1),
                                                              v > 0 && ((v - 1) >> 1)));
           lb.reg_cols = PN_HELD;

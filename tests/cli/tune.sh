@@ -30,16 +30,23 @@ expect 0 "$CLI" tune rmsnorm $small --dry-run
 [ "$(grep -c 'stored: no' "$T/out")" = 6 ] || fail "6 lines (2 N x 3 passes) expected: $(cat "$T/out")"
 [ -e "$T/cache/tuning.txt" ] && fail "a dry run wrote tuning.txt"
 
+# polynorm: its forward and its backward, each a kind of its own (one backward launch for every
+# gradient, so no frozen pass)
 expect 0 "$CLI" tune polynorm --hidden 1000 --total 32768 --json --dry-run
-[ "$(wc -l < "$T/out")" = 1 ] || fail "polynorm: one JSON line expected: $(cat "$T/out")"
+[ "$(wc -l < "$T/out")" = 2 ] || fail "polynorm: two JSON lines expected: $(cat "$T/out")"
 python3 - "$T/out" <<'PY' || fail "polynorm JSON"
 import json, sys
-d = json.loads(open(sys.argv[1]).read())
-assert d["kind"] == "polynorm" and d["pass"] == "backward" and d["hidden"] == 1000, d
-assert d["candidates"] >= 2 and d["rejected"] == 0 and d["best_ms"] > 0 and d["stored"] is False, d
-assert "confirmed" in d and d["confirmed_speedup"] >= 1.0, d
-assert d["confirmed"] == "default" or d["confirmed_speedup"] * 0.99 > 1.0, d
+ds = [json.loads(l) for l in open(sys.argv[1])]
+assert [(d["kind"], d["pass"]) for d in ds] == [("polynorm.fwd", "forward"),
+                                                ("polynorm.bwd", "backward")], ds
+for d in ds:
+    assert d["hidden"] == 1000, d
+    assert d["candidates"] >= 2 and d["rejected"] == 0 and d["best_ms"] > 0 and d["stored"] is False, d
+    assert "confirmed" in d and d["confirmed_speedup"] >= 1.0, d
+    assert d["confirmed"] == "default" or d["confirmed_speedup"] * 0.99 > 1.0, d
 PY
+expect 0 "$CLI" tune polynorm --hidden 1000 --total 32768 --json --dry-run --pass frozen
+grep -q '"kind":"polynorm.bwd","pass":"backward"' "$T/out" || fail "polynorm --pass frozen: $(cat "$T/out")"
 
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster

@@ -20,8 +20,9 @@ const char cli_tune_usage[] =
     "\n"
     "OP: rmsnorm, fused-add-rmsnorm, layernorm or polynorm. For each row length N (default\n"
     "1024,4096,16384) and pass (default all: forward, backward with weight gradients, backward\n"
-    "with the weights frozen; polynorm has one launch for all passes and is tuned on its\n"
-    "backward), on random data of E/N rows (default E = 2^25 elements, past a 50 MB cache):\n"
+    "with the weights frozen; polynorm's backward has one launch for every gradient and is\n"
+    "tuned with them, so its passes are forward and backward), on random data of E/N rows\n"
+    "(default E = 2^25 elements, past a 50 MB cache):\n"
     "  - candidates: work-group size, vector slots per work-item, group count and prefetch\n"
     "    (NVIDIA: each group's next row into L2; CPUs: the rows read from memory, 2 KB\n"
     "    ahead, or 512 B-8 KB on the default grid), chosen around the device's properties;\n"
@@ -48,7 +49,7 @@ const char cli_tune_usage[] =
 
 typedef struct tune_target {
   const char *op;
-  bool single; /* one launch for every pass (polynorm) */
+  bool single; /* one backward launch whatever is frozen (polynorm): passes forward, backward */
 } tune_target;
 
 static const tune_target targets[] = {
@@ -268,8 +269,8 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
                     ng_dtype dt, const char *pass, bool dry, bool json) {
   char err[1024] = "", kind[64];
   const bool frozen = !strcmp(pass, "frozen"), fwd = !strcmp(pass, "forward");
-  if (t->single) snprintf(kind, sizeof kind, "%s", t->op);
-  else snprintf(kind, sizeof kind, "%s.%s", t->op, fwd ? "fwd" : frozen ? "bwd_frozen" : "bwd");
+  snprintf(kind, sizeof kind, "%s.%s", t->op,
+           fwd ? "fwd" : frozen && !t->single ? "bwd_frozen" : "bwd");
   const bool dw = !fwd && !frozen;
   static candidate cs[MAX_CANDIDATES];
   const int nc = make_candidates(env, n, rows, dw && !t->single, frozen && !t->single, cs);
@@ -484,13 +485,12 @@ int cli_cmd_tune(int argc, char **argv) {
                      "fused-add-rmsnorm, layernorm, polynorm)", op_name);
   const char *passes[3];
   int np = 0;
-  if (t->single) passes[np++] = "backward";
-  else if (!strcmp(pass, "all")) {
+  if (!strcmp(pass, "all")) {
     passes[np++] = "forward";
     passes[np++] = "backward";
-    passes[np++] = "frozen";
+    if (!t->single) passes[np++] = "frozen";
   } else if (!strcmp(pass, "forward") || !strcmp(pass, "backward") || !strcmp(pass, "frozen"))
-    passes[np++] = pass;
+    passes[np++] = t->single && !strcmp(pass, "frozen") ? "backward" : pass;
   else return cli_error(CLI_USAGE, "tune: --pass '%s' is not forward, backward, frozen or all", pass);
   size_t ns[MAX_NS];
   int nn = 0;
