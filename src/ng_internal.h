@@ -444,8 +444,8 @@ typedef struct ng_builtin_tune {
 #define NG_DTYPE_BIT(d) (1u << (unsigned)(d))
 const ng_builtin_tune *ng_tuning_builtin(size_t *count);
 /* The tuned values for `kind` ("rmsnorm.bwd", …) at row length n with x of dtype xd, from
- * tuning.txt (one line serves every dtype) or else the built-in table; false when neither has
- * any. */
+ * tuning.txt (xd's line, else the bucket's line for every dtype) or else the built-in table;
+ * false when neither has any. */
 bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
                      unsigned v[NG_TUNE_SLOTS]);
 /* ng_choose_row_launch for a kernel kind that may have tuned values, for x of dtype xd. */

@@ -129,6 +129,12 @@ static char *tuning_path(const char *dir) {
 /* The dtypes a tuned line may name */
 static const ng_dtype line_dtypes[] = {NG_F32, NG_F16, NG_BF16};
 
+static bool line_dtype_ok(ng_dtype d) {
+  for (size_t i = 0; i < NG_ARRAY_LEN(line_dtypes); i++)
+    if (line_dtypes[i] == d) return true;
+  return false;
+}
+
 /* Parse one line; true when it is an entry for device `id` with valid values (*dtype -1 when
  * the line names none). */
 static bool parse_line(const ng_context *ctx, const char *line, const char *id, int *kind,
@@ -232,8 +238,9 @@ void ng_tuning_load(ng_context *ctx) {
  * faster than the rules, shipped by device name as CLBlast ships its tuned parameters: the rules
  * were set on the H100, and nothing OpenCL reports (it gives no bandwidth) tells an H200 from it.
  * An entry names the device exactly (CL_DEVICE_NAME) with its compute units, a kind and the row
- * lengths it was measured on, and serves every dtype that measured even or faster (docs/tuning.md, "The built-in
- * table"). tuning.txt's lines come first and an override before both; table=1 turns both off.
+ * lengths it was measured on, and serves every dtype that measured even or faster
+ * (docs/tuning.md, "The built-in table"). tuning.txt's lines come first and an override before
+ * both; table=1 turns both off.
  * A frozen kind takes its group shape from the kind with dW, as from tuning.txt. */
 #define NG_BUILTIN_V(wg_, groups_, reg_, pf_)                                                      \
   {[NG_TUNE_WORKGROUP] = (wg_), [NG_TUNE_GROUPS] = (groups_), [NG_TUNE_REG_COLS] = (reg_),         \
@@ -346,16 +353,9 @@ bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_
   if (!kind || ctx->tune[NG_TUNE_TABLE] == 1) return false;
   /* "polynorm.fwd" and "polynorm.bwd" also take the lines of "polynorm", the one kind of both
    * passes before 2026-11-29: tuning.txt's lines of either before the built-in table's */
-  char parent[32] = "";
-  const char *dot = strchr(kind, '.');
-  if (dot && (size_t)(dot - kind) < sizeof parent) {
-    memcpy(parent, kind, (size_t)(dot - kind));
-    parent[dot - kind] = '\0';
-    if (kind_index(parent) < 0) parent[0] = '\0';
-  }
-  return file_lookup(ctx, kind, xd, n, v) || (parent[0] && file_lookup(ctx, parent, xd, n, v)) ||
-         builtin_lookup(ctx, kind, xd, n, v) ||
-         (parent[0] && builtin_lookup(ctx, parent, xd, n, v));
+  const char *parent = !strncmp(kind, "polynorm.", 9) ? "polynorm" : NULL;
+  return file_lookup(ctx, kind, xd, n, v) || (parent && file_lookup(ctx, parent, xd, n, v)) ||
+         builtin_lookup(ctx, kind, xd, n, v) || (parent && builtin_lookup(ctx, parent, xd, n, v));
 }
 
 /* dtype -1: a line for every dtype */
@@ -399,7 +399,7 @@ ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const uns
 ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtype, size_t n,
                                 const unsigned *values, const char *comment) {
   ng_clear_detail();
-  if (dtype != NG_F32 && dtype != NG_F16 && dtype != NG_BF16)
+  if (!line_dtype_ok(dtype))
     return ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "the row kernels take f32, f16 or bf16 x");
   return store(ctx, kind, (int)dtype, n, values, comment);
 }

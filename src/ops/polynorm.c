@@ -211,26 +211,31 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
    * partials, so one group per row would make the reduction as long as the batch. The forward
    * takes it too, but for the rows NG_ROWS_PAIRS gives two a group. */
-  ng_row_launch l =
-      ng_choose_row_launch_k(ctx, bwd ? "polynorm.bwd" : "polynorm.fwd", xd, bwd ? SIZE_MAX : p->rows,
-                             p->n, vec_ok, bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
+  ng_row_launch l = ng_choose_row_launch_k(ctx, bwd ? "polynorm.bwd" : "polynorm.fwd", xd,
+                                           bwd ? SIZE_MAX : p->rows, p->n, vec_ok,
+                                           bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
   l.reg_cols = PN_HELD;
   if (l.groups > p->rows) l.groups = (unsigned)p->rows;
   if (l.groups == 0) l.groups = 1;
   return l;
 }
 
-bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c) {
+/* The tests' hooks: a pass's launch for vector-aligned buffers and its split plan */
+static bool plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool bwd, bool dw,
+                 bool db, ng_row_launch *l, ng_coop *c) {
   const ng_polynorm_params p = {rows, n, 1e-6f};
-  const ng_row_launch l = launch(ctx, &p, true, false, false, false, xd);
-  return coop_plan(ctx, &l, xd, rows, n, false, false, c);
+  *l = launch(ctx, &p, true, bwd, dw, db, xd);
+  return coop_plan(ctx, l, xd, rows, n, bwd, dw, c);
+}
+
+bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c) {
+  ng_row_launch l;
+  return plan(ctx, rows, n, xd, false, false, false, &l, c);
 }
 
 bool ng_polynorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool dw,
                           bool db, ng_row_launch *l, ng_coop *c) {
-  const ng_polynorm_params p = {rows, n, 1e-6f};
-  *l = launch(ctx, &p, true, true, dw, db, xd);
-  return coop_plan(ctx, l, xd, rows, n, true, dw, c);
+  return plan(ctx, rows, n, xd, true, dw, db, l, c);
 }
 
 ng_status ng_polynorm_forward(ng_context *ctx, cl_command_queue queue, const ng_polynorm_params *p,
