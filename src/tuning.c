@@ -302,6 +302,28 @@ static const ng_builtin_tune builtin[] = {
      * 64 x 2, 32768 groups, at 768-1024 (-4.2 to -5.3 %) */
     {H200, "layernorm.fwd", F16, 4096, 4096, NG_BUILTIN_V(128, 8192, 4, 1)},
     {H200, "layernorm.fwd", F16, 768, 1024, NG_BUILTIN_V(64, 32768, 2, 2)},
+    /* A third round (2026-11-29, later; measured through this table against the binary
+     * before it, three alternating rounds): LayerNorm's bf16 forward on 128 x 4 a group a row
+     * with the prefetch at 4096 (-4.6 %; 3072 +4.2 % under the override) */
+    {H200, "layernorm.fwd", BF16, 4096, 4096, NG_BUILTIN_V(128, 8192, 4, 2)},
+    /* PolyNorm's f32 backward on 128 x 4 with the prefetch: -8.9 to -12.7 % with dW or dB at
+     * 3072-3584, both frozen -3.7 % / -0.8 %; at 4096 both frozen lost 2.4 %, and bf16 (-2 to
+     * -12 % with gradients) lost 4-6.5 % with both frozen, f16 6-37 % in every pass */
+    {H200, "polynorm.bwd", F32, 3072, 3584, NG_BUILTIN_V(128, 0, 4, 2)},
+    /* RMSNorm's f32 backward on 128 x 2, 264 groups, at 1792-2048 (with dW -3.5 to -11.4 %,
+     * frozen -11.3 to -12.7 %) and on 64 x 2, 1056 groups, no prefetch, at 896-1024 (-2.6 to
+     * -11.6 %, frozen -3.2 to -7.8 %; 768 +1.9 % under the override) */
+    {H200, "rmsnorm.bwd", F32, 1792, 2048, NG_BUILTIN_V(128, 264, 2, 2)},
+    {H200, "rmsnorm.bwd", F32, 896, 1024, NG_BUILTIN_V(64, 1056, 2, 1)},
+    /* LayerNorm's f32 backward on 64 x 2, 1056 groups, no prefetch, at 1024: with dW and dB
+     * -8.6 %, dB alone -8.3 %, both frozen -2.7 % (896 gained 2.5-3.2 % with gradients but lost
+     * 1 % with both frozen) */
+    {H200, "layernorm.bwd", F32, 1024, 1024, NG_BUILTIN_V(64, 1056, 2, 1)},
+    /* the fused add's f32 forward on 128 x 4 a group a row: -2.7 to -7.8 % at 3584-4096 */
+    {H200, "fused-add-rmsnorm.fwd", F32, 3584, 4096, NG_BUILTIN_V(128, 8192, 4, 2)},
+    /* PolyNorm's f32 forward on 512 x 4, 2112 groups, no prefetch: -10.6 to -22.2 % at
+     * 9216-16384 */
+    {H200, "polynorm.fwd", F32, 9216, 16384, NG_BUILTIN_V(512, 2112, 4, 1)},
 };
 #undef H200
 #undef BF16

@@ -14,11 +14,19 @@
 
 static char dir[256];
 
+/* The built-in table keys on the device's exact name; these tests are about tuning.txt and
+ * NORMGRAD_TUNE, and their expected scratch sizes are the rules', so an H200 running them must
+ * not find its entries (a split launch at n = 1000 in f32 has another scratch) */
+static ng_context *off_table(ng_context *c) {
+  snprintf(c->info.name, sizeof c->info.name, "%s", "normgrad test device");
+  return c;
+}
+
 static ng_context *fresh(void) {
   ng_test_env *e = ng_test_env_get();
   ng_context *c = NULL;
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
-  return c;
+  return off_table(c);
 }
 
 static size_t scratch(ng_context *c, size_t n) {
@@ -238,6 +246,7 @@ static void test_env(void **st) {
   ng_context *c = NULL;
   setenv("NORMGRAD_TUNE", "groups=9", 1);
   NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  off_table(c);
   assert_int_equal(scratch(c, 1000), 9 * 4 * 1000);
   ng_context_release(c);
   /* prefetch= takes 1, 2 or a distance in bytes (a power of two, 64-65536) */
