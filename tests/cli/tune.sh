@@ -18,6 +18,9 @@ expect 2 "$CLI" tune rmsnorm --hidden 12,x
 expect 2 "$CLI" tune rmsnorm --dtype f64
 expect 2 "$CLI" tune rmsnorm --total
 expect 2 "$CLI" tune rmsnorm --bogus 1
+expect 2 "$CLI" tune rmsnorm --frozen-slack x
+expect 2 "$CLI" tune rmsnorm --frozen-slack -100
+expect 2 "$CLI" tune rmsnorm --frozen-slack 1%
 expect 2 "$CLI" tune gemm --size 100
 expect 2 "$CLI" tune gemm --size 65536
 expect 0 "$CLI" tune --help
@@ -48,6 +51,31 @@ PY
 expect 0 "$CLI" tune polynorm --hidden 1000 --total 32768 --json --dry-run --pass frozen
 grep -q '"kind":"polynorm.bwd","pass":"backward"' "$T/out" || fail "polynorm --pass frozen: $(cat "$T/out")"
 
+# a backward's line serves the passes that share its launch (the frozen backward takes its
+# work-group shape, LayerNorm's dB alone and PolyNorm's frozen backwards all of it): a confirmed
+# candidate that makes one of them slower than --frozen-slack allows is kept out and named. At
+# -90 they would have to take a tenth of the time, so nothing can be stored; off times none.
+for op in rmsnorm layernorm polynorm; do
+  expect 0 "$CLI" tune $op --hidden 1000 --pass backward --total 32768 --json --dry-run \
+    --frozen-slack -90
+  python3 - "$T/out" "$T/err" <<'PY' || fail "$op --frozen-slack -90: $(cat "$T/out" "$T/err")"
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+kept = [l for l in open(sys.argv[2]) if "the time with it" in l]
+assert d["confirmed"] == "default" and d["confirmed_speedup"] == 1.0 and not d["stored"], d
+assert d["kept_out"] == len(kept) and d["inherited_worst"] == 1.0, (d, kept)
+PY
+done
+expect 0 "$CLI" tune layernorm --hidden 1000 --pass backward --total 32768 --json --dry-run \
+  --frozen-slack off
+python3 - "$T/out" <<'PY' || fail "--frozen-slack off: $(cat "$T/out" "$T/err")"
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+assert d["kept_out"] == 0 and d["inherited_worst"] == 1.0, d
+PY
+has_not() { ! grep -q -- "$1" "$T/$2" || fail "'$1' in $2: $(cat "$T/$2")"; }
+has_not "the time with it" err
+
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster
 expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward --total 32768 --json
@@ -56,6 +84,7 @@ import json, sys
 d = json.loads(open(sys.argv[1]).read())
 if d["stored"]:
     assert d["confirmed"] != "default" and d["confirmed_speedup"] * 0.99 > 1.0, d
+    assert d["inherited_worst"] * 1.01 >= 1.0 - 1e-9, d  # the frozen pass: 1 % at most
 else:
     assert d["confirmed"] == "default" and d["confirmed_speedup"] == 1.0, d
 PY

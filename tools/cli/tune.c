@@ -15,8 +15,8 @@
 
 const char cli_tune_usage[] =
     "usage: normgrad-cli tune OP [--hidden N[,N...]] [--pass forward|backward|frozen|all]\n"
-    "                         [--dtype f32|f16|bf16] [--total E] [--dry-run] [--json]\n"
-    "                         [--device SEL]\n"
+    "                         [--dtype f32|f16|bf16] [--total E] [--frozen-slack PCT|off]\n"
+    "                         [--dry-run] [--json] [--device SEL]\n"
     "\n"
     "OP: rmsnorm, fused-add-rmsnorm, layernorm or polynorm. For each row length N (default\n"
     "1024,4096,16384) and pass (default all: forward, backward with weight gradients, backward\n"
@@ -31,7 +31,13 @@ const char cli_tune_usage[] =
     "  - the rest are timed (median of OpenCL profiling times); the three fastest that beat\n"
     "    the default by >= 1% are timed again, four times each in turn with the default, and\n"
     "    the one whose median ratio still beats it by >= 1% is stored in the cache folder's\n"
-    "    tuning.txt (unless --dry-run).\n"
+    "    tuning.txt (unless --dry-run);\n"
+    "  - a backward's line also serves the passes that share its launch: the frozen backward\n"
+    "    takes its work-group shape (so that dx keeps its bits), layernorm's backward with dB\n"
+    "    alone and polynorm's frozen backwards all of it. A candidate is stored only if none\n"
+    "    of those passes, timed the same way, takes more than PCT % longer with it (default\n"
+    "    1: the LoRA pass must not pay for the trained one; a negative PCT asks them to gain,\n"
+    "    off skips the check); the others are reported as kept out.\n"
     "Stored values apply to the tuned dtype, for row lengths in [2^k, 2^(k+1)) of the tuned\n"
     "N. Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still\n"
     "win. On devices the library has measured (docs/tuning.md) a built-in table applies\n"
@@ -122,6 +128,61 @@ static ng_status confirm(cli_env *env, const cli_bench_case *c, void *state, con
   qsort(r, CONFIRM_ROUNDS, sizeof r[0], cmp_d);
   *ratio = 0.5 * (r[(CONFIRM_ROUNDS - 1) / 2] + r[CONFIRM_ROUNDS / 2]);
   return NG_SUCCESS;
+}
+
+/* A pass that takes what a backward-with-gradients line stores (docs/tuning.md): the frozen
+ * backward its work-group shape (the reduction order, so that dx keeps its bits), LayerNorm's
+ * backward with dB alone (the same kind) and PolyNorm's frozen backwards (one launch for every
+ * gradient) all of it. */
+typedef struct inherited_pass {
+  const char *what;
+  bool freeze_weight, freeze_bias;
+  bool shape_only; /* takes the work-group size, slots and vector width alone */
+} inherited_pass;
+
+static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[2]) {
+  if (!dw) return 0; /* no other pass reads a forward's or a frozen backward's line */
+  if (t->single) {
+    out[0] = (inherited_pass){"weight-frozen backward", true, false, false};
+    out[1] = (inherited_pass){"both-frozen backward", true, true, false};
+    return 2;
+  }
+  out[0] = (inherited_pass){"frozen backward", true, true, true};
+  if (strcmp(t->op, "layernorm")) return 1;
+  out[1] = (inherited_pass){"backward with dB alone", true, false, false};
+  return 2;
+}
+
+/* Default time / candidate time on an inherited pass, confirmed as the pass itself is: its own
+ * tensors, the statistics from a forward at the default launch. Returns a CLI exit code. */
+static int confirm_inherited(cli_env *env, const cli_op *op, size_t rows, size_t n, ng_dtype dt,
+                             const inherited_pass *ip, const unsigned cand[7],
+                             unsigned scratch_groups, double *ratio, char *err, size_t errlen) {
+  static const unsigned none[7] = {0};
+  unsigned v[7] = {0};
+  memcpy(v, cand, sizeof v);
+  if (ip->shape_only) /* the frozen kind's own grid and prefetch stay the rules' */
+    v[NG_TUNE_GROUPS] = v[NG_TUNE_PREFETCH] = 0;
+  cli_options o;
+  cli_options_init(&o);
+  cli_bench_spec spec = {rows, n, dt, ip->freeze_weight, ip->freeze_bias};
+  cli_bench_case cases[4];
+  memset(cases, 0, sizeof cases);
+  int ncases = 0;
+  void *state = NULL;
+  unsigned vmax[7] = {0};
+  vmax[NG_TUNE_GROUPS] = scratch_groups; /* scratch for every candidate's grid, as tune_one's */
+  ng_status s = apply(env->ctx, vmax);
+  if (s == NG_SUCCESS) s = ng_context_override(env->ctx, NG_TUNE_WORKGROUP, 0);
+  if (s != NG_SUCCESS) return cli_fail_status(s, "tune", err, errlen);
+  int rc = op->bench_setup(env, &spec, &o, cases, &ncases, &state, err, errlen);
+  if (rc) return rc;
+  s = apply(env->ctx, none);
+  if (s == NG_SUCCESS) s = cases[0].run(env, state);
+  if (s == NG_SUCCESS) s = clFinish(env->queue);
+  if (s == NG_SUCCESS) s = confirm(env, &cases[1], state, none, v, ratio);
+  op->bench_cleanup(state);
+  return s == NG_SUCCESS ? CLI_OK : cli_fail_status(s, "tune", err, errlen);
 }
 
 static float host_elem(const void *p, ng_dtype dt, size_t i) {
@@ -266,7 +327,7 @@ static void report_rejected(const cli_op *op, size_t n, const char *pass, const 
 
 /* Tune one (N, pass). Returns an exit code; prints its report. */
 static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t n, size_t rows,
-                    ng_dtype dt, const char *pass, bool dry, bool json) {
+                    ng_dtype dt, const char *pass, double slack, bool dry, bool json) {
   char err[1024] = "", kind[64];
   const bool frozen = !strcmp(pass, "frozen"), fwd = !strcmp(pass, "forward");
   snprintf(kind, sizeof kind, "%s.%s", t->op,
@@ -353,18 +414,53 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     for (; at > 0 && cs[top[at - 1]].ms > cs[i].ms; at--) top[at] = top[at - 1];
     top[at] = i;
   }
-  for (int k = 0; k < ntop && s == NG_SUCCESS; k++) {
-    double ratio = 0;
-    s = confirm(env, c, state, cs[0].v, cs[top[k]].v, &ratio);
-    if (s == NG_SUCCESS && ratio > won_ratio) won = top[k], won_ratio = ratio;
-  }
-  apply(env->ctx, none);
-  ng_context_override(env->ctx, NG_TUNE_TABLE, 0);
+  double ratios[CONFIRM_TOP] = {0};
+  for (int k = 0; k < ntop && s == NG_SUCCESS; k++)
+    s = confirm(env, c, state, cs[0].v, cs[top[k]].v, &ratios[k]);
   for (int i = 0; i < 3; i++) {
     free(ref[i]);
     free(got[i]);
   }
   op->bench_cleanup(state);
+  /* the confirmed candidates, best ratio first, until one costs no inherited pass more than
+   * the slack */
+  inherited_pass ip[2];
+  const int nip = s == NG_SUCCESS && !isnan(slack) ? inherited_passes(t, dw, ip) : 0;
+  const double floor_ratio = isnan(slack) ? 0 : 1.0 / (1.0 + slack / 100.0);
+  int kept_out = 0;
+  double inh_worst = 1.0;
+  bool tried[CONFIRM_TOP] = {false};
+  for (int round = 0; round < ntop && s == NG_SUCCESS && !rc && !won; round++) {
+    int k = -1;
+    for (int j = 0; j < ntop; j++)
+      if (!tried[j] && (k < 0 || ratios[j] > ratios[k])) k = j;
+    tried[k] = true;
+    if (!(ratios[k] * 0.99 > 1.0)) break;
+    const unsigned *cv = cs[top[k]].v;
+    const bool shape = cv[NG_TUNE_WORKGROUP] || cv[NG_TUNE_REG_COLS] || cv[NG_TUNE_VECTOR];
+    double worst = 1.0;
+    const char *lost = NULL;
+    for (int j = 0; j < nip && !rc; j++) {
+      if (ip[j].shape_only && !shape) continue; /* the frozen pass keeps its launch */
+      double r = 0;
+      rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, vmax[NG_TUNE_GROUPS], &r, err,
+                             sizeof err);
+      if (!rc && (!lost || r < worst)) worst = r, lost = ip[j].what;
+    }
+    if (rc) break;
+    if (lost && worst < floor_ratio) {
+      char why[160];
+      snprintf(why, sizeof why, "%.3fx, but the %s takes %.3fx the time with it (%.3fx at most)",
+               ratios[k], lost, 1.0 / worst, 1.0 / floor_ratio);
+      report_rejected(op, n, pass, cv, why);
+      kept_out++;
+      continue;
+    }
+    won = top[k], won_ratio = ratios[k], inh_worst = worst;
+  }
+  apply(env->ctx, none);
+  ng_context_override(env->ctx, NG_TUNE_TABLE, 0);
+  if (rc) return cli_error(rc, "tune %s N=%zu %s: %s", op->name, n, pass, err);
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, "tune", err, sizeof err);
     return cli_error(rc, "tune %s N=%zu %s: %s", op->name, n, pass, err);
@@ -376,7 +472,9 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   describe(cs[store ? won : 0].v, dc, sizeof dc);
   snprintf(comment, sizeof comment, "%.4f ms vs default %.4f ms, confirmed %.3fx (%s)",
            cs[won].ms, def, won_ratio, ng_dtype_name(dt));
-  const char *stored = ntop ? "no (not confirmed)" : "no (the default is as fast)";
+  const char *stored = kept_out  ? "no (slower inherited passes)"
+                       : ntop    ? "no (not confirmed)"
+                                 : "no (the default is as fast)";
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
     s = ng_tuning_store_dtype(env->ctx, kind, dt, n, cs[won].v, comment);
@@ -390,14 +488,17 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     printf("{\"op\":\"%s\",\"kind\":\"%s\",\"pass\":\"%s\",\"hidden\":%zu,\"rows\":%zu,"
            "\"dtype\":\"%s\",\"candidates\":%d,\"rejected\":%d,\"default_ms\":%.6f,"
            "\"best_ms\":%.6f,\"speedup\":%.4f,\"best\":\"%s\",\"confirmed\":\"%s\","
-           "\"confirmed_speedup\":%.4f,\"stored\":%s,\"worst_agreement\":%.4f}\n",
+           "\"confirmed_speedup\":%.4f,\"stored\":%s,\"worst_agreement\":%.4f,"
+           "\"kept_out\":%d,\"inherited_worst\":%.4f}\n",
            op->name, kind, pass, n, rows, ng_dtype_name(dt), nc, rejected, def, win, def / win, d,
-           dc, store ? won_ratio : 1.0, store && !dry ? "true" : "false", worst_ok);
+           dc, store ? won_ratio : 1.0, store && !dry ? "true" : "false", worst_ok, kept_out,
+           store ? inh_worst : 1.0);
   else
     printf("%-18s %-9s N=%-6zu %3d candidates (%d rejected)  default %.4f ms  best %.4f ms "
-           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s\n",
+           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s%s\n",
            op->name, pass, n, nc, rejected, def, win, def / win, d, dc,
-           store ? won_ratio : 1.0, stored);
+           store ? won_ratio : 1.0, stored,
+           kept_out ? "  (kept out: faster here, slower in a pass that shares the launch)" : "");
   fflush(stdout);
   return CLI_OK;
 }
@@ -444,6 +545,7 @@ static int tune_gemm(const char *dev, long long size, bool dry, bool json) {
 int cli_cmd_tune(int argc, char **argv) {
   const char *op_name = NULL, *dev = NULL, *pass = "all", *hidden = "1024,4096,16384";
   long long total = 1ll << 25, gemm_size = 0;
+  double slack = 1.0; /* --frozen-slack, NAN = off */
   ng_dtype dt = NG_BF16;
   bool dry = false, json = false;
   for (int i = 1; i < argc; i++) {
@@ -466,6 +568,14 @@ int cli_cmd_tune(int argc, char **argv) {
       char err[256];
       if (cli_parse_ll(a, argv[++i], 64, 16384, &gemm_size, err, sizeof err) || gemm_size % 64)
         return cli_error(CLI_USAGE, "tune: --size: a multiple of 64 in [64, 16384]");
+    } else if (!strcmp(a, "--frozen-slack")) {
+      const char *v = argv[++i];
+      char *end = NULL;
+      const double x = strcmp(v, "off") ? strtod(v, &end) : NAN;
+      if (!isnan(x) ? (end == v || *end || !(x >= -99 && x <= 100)) : strcmp(v, "off"))
+        return cli_error(CLI_USAGE, "tune: --frozen-slack: '%s' is not a percentage in "
+                         "[-99, 100] or off", v);
+      slack = x;
     } else if (!strcmp(a, "--total")) {
       char err[256];
       if (cli_parse_ll(a, argv[++i], 1, 1ll << 34, &total, err, sizeof err))
@@ -519,7 +629,7 @@ int cli_cmd_tune(int argc, char **argv) {
     size_t rows = (size_t)total / ns[i];
     if (rows == 0) rows = 1;
     for (int k = 0; k < np && !rc; k++)
-      rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], dry, json);
+      rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, dry, json);
   }
   cli_env_close(&env);
   return rc;
