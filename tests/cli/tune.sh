@@ -76,6 +76,25 @@ PY
 has_not() { ! grep -q -- "$1" "$T/$2" || fail "'$1' in $2: $(cat "$T/$2")"; }
 has_not "the time with it" err
 
+# the frozen backward takes the backward's work-group shape at run time, so its scan runs on the
+# shape the backward's scan of the same run chose (the rules' where it chose none), and its line
+# holds the grid and prefetch alone
+NORMGRAD_CACHE_DIR="$T/cache2" expect 0 "$CLI" tune rmsnorm --hidden 1000 --total 32768 --json
+python3 - "$T/out" "$T/cache2/tuning.txt" <<'PY' || fail "frozen scan's shape: $(cat "$T/out")"
+import json, os, sys
+fw, bw, fz = [json.loads(l) for l in open(sys.argv[1])]
+assert (bw["pass"], fz["pass"]) == ("backward", "frozen"), (bw, fz)
+def shape(desc):
+    kv = dict(x.split("=") for x in desc.split()) if desc != "default" else {}
+    return tuple(kv.get(k, "0") for k in ("wg", "reg", "vec"))
+want = shape(bw["confirmed"]) if bw["stored"] else ("0", "0", "0")
+assert shape(fz["best"]) == want, (bw, fz)
+lines = open(sys.argv[2]).read().splitlines() if os.path.exists(sys.argv[2]) else []
+for l in lines:
+    if " rmsnorm.bwd_frozen " in l:
+        assert not any(f" {k}=" in l.split("#")[0] for k in ("wg", "reg", "vec")), l
+PY
+
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster
 expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward --total 32768 --json

@@ -37,7 +37,9 @@ const char cli_tune_usage[] =
     "    alone and polynorm's frozen backwards all of it. A candidate is stored only if none\n"
     "    of those passes, timed the same way, takes more than PCT % longer with it (default\n"
     "    1: the LoRA pass must not pay for the trained one; a negative PCT asks them to gain,\n"
-    "    off skips the check); the others are reported as kept out.\n"
+    "    off skips the check); the others are reported as kept out. The frozen backward's\n"
+    "    scan runs on the shape the backward's scan of the same run chose (the rules' when it\n"
+    "    chose none or ran apart) and stores its grid and prefetch alone.\n"
     "Stored values apply to the tuned dtype, for row lengths in [2^k, 2^(k+1)) of the tuned\n"
     "N. Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still\n"
     "win. On devices the library has measured (docs/tuning.md) a built-in table applies\n"
@@ -258,8 +260,9 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   static const unsigned mult_gpu_dw[] = {1, 2, 4, 8}, mult_gpu[] = {2, 4, 8, 16, 0},
                         mult_cpu[] = {1, 2, 4, 8, 16};
   if (type & CL_DEVICE_TYPE_CPU) {
+    /* grid_only: the vector width is the shape's (0 below), as the work-group's is */
     for (size_t m = 0; m < sizeof mult_cpu / sizeof mult_cpu[0]; m++)
-      for (unsigned vec = 1; vec <= 8; vec += 7)
+      for (unsigned vec = grid_only ? 0 : 1; vec <= 8; vec += grid_only ? 9 : 7)
         for (unsigned pf = 0; pf <= 1; pf++) { /* the far prefetch: default (on), off */
           if (pf && vec == 1) continue; /* only the 16-value chunks prefetch */
           cpu_candidate(&cs[nc++], vec, cu * mult_cpu[m], pf);
@@ -268,7 +271,9 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
      * it, not the grid): 2 KB is the kernels' own */
     static const unsigned dist[] = {512, 1024, 4096, 8192};
     for (size_t k = 0; k < sizeof dist / sizeof dist[0]; k++)
-      cpu_candidate(&cs[nc++], 8, cu * 4, dist[k]);
+      cpu_candidate(&cs[nc++], grid_only ? 0 : 8, cu * 4, dist[k]);
+    if (grid_only)
+      for (int i = 1; i < nc; i++) cs[i].v[NG_TUNE_WORKGROUP] = cs[i].v[NG_TUNE_REG_COLS] = 0;
     return nc;
   }
   const bool nv = strstr(vendor, "NVIDIA") != NULL;
@@ -325,16 +330,28 @@ static void report_rejected(const cli_op *op, size_t n, const char *pass, const 
   fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: %s\n", op->name, n, pass, d, why);
 }
 
-/* Tune one (N, pass). Returns an exit code; prints its report. */
+/* Tune one (N, pass). A frozen backward's scan runs on `shape` (the work-group size, slots and
+ * vector width the backward's scan of the same run chose; NULL: the rules'), the shape it takes
+ * at run time. `chosen` gets the values stored (or, with --dry-run, that would be): zeros when
+ * none. Returns an exit code; prints its report. */
 static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t n, size_t rows,
-                    ng_dtype dt, const char *pass, double slack, bool dry, bool json) {
+                    ng_dtype dt, const char *pass, double slack, const unsigned *shape,
+                    unsigned chosen[7], bool dry, bool json) {
   char err[1024] = "", kind[64];
   const bool frozen = !strcmp(pass, "frozen"), fwd = !strcmp(pass, "forward");
   snprintf(kind, sizeof kind, "%s.%s", t->op,
            fwd ? "fwd" : frozen && !t->single ? "bwd_frozen" : "bwd");
   const bool dw = !fwd && !frozen;
   static candidate cs[MAX_CANDIDATES];
-  const int nc = make_candidates(env, n, rows, dw && !t->single, frozen && !t->single, cs);
+  const bool grid_only = frozen && !t->single;
+  const int nc = make_candidates(env, n, rows, dw && !t->single, grid_only, cs);
+  memset(chosen, 0, 7 * sizeof chosen[0]);
+  if (grid_only && shape) /* the default too: it is the frozen pass without a line of its own */
+    for (int i = 0; i < nc; i++) {
+      cs[i].v[NG_TUNE_WORKGROUP] = shape[NG_TUNE_WORKGROUP];
+      cs[i].v[NG_TUNE_REG_COLS] = shape[NG_TUNE_REG_COLS];
+      cs[i].v[NG_TUNE_VECTOR] = shape[NG_TUNE_VECTOR];
+    }
   /* scratch for the largest group count any candidate asks for */
   unsigned vmax[7] = {0};
   for (int i = 1; i < nc; i++)
@@ -437,11 +454,11 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     tried[k] = true;
     if (!(ratios[k] * 0.99 > 1.0)) break;
     const unsigned *cv = cs[top[k]].v;
-    const bool shape = cv[NG_TUNE_WORKGROUP] || cv[NG_TUNE_REG_COLS] || cv[NG_TUNE_VECTOR];
+    const bool sets_shape = cv[NG_TUNE_WORKGROUP] || cv[NG_TUNE_REG_COLS] || cv[NG_TUNE_VECTOR];
     double worst = 1.0;
     const char *lost = NULL;
     for (int j = 0; j < nip && !rc; j++) {
-      if (ip[j].shape_only && !shape) continue; /* the frozen pass keeps its launch */
+      if (ip[j].shape_only && !sets_shape) continue; /* the frozen pass keeps its launch */
       double r = 0;
       rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, vmax[NG_TUNE_GROUPS], &r, err,
                              sizeof err);
@@ -475,9 +492,14 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   const char *stored = kept_out  ? "no (slower inherited passes)"
                        : ntop    ? "no (not confirmed)"
                                  : "no (the default is as fast)";
+  if (store) { /* a frozen line's shape would be ignored: the backward's line gives it */
+    memcpy(chosen, cs[won].v, 7 * sizeof chosen[0]);
+    if (grid_only)
+      chosen[NG_TUNE_WORKGROUP] = chosen[NG_TUNE_REG_COLS] = chosen[NG_TUNE_VECTOR] = 0;
+  }
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
-    s = ng_tuning_store_dtype(env->ctx, kind, dt, n, cs[won].v, comment);
+    s = ng_tuning_store_dtype(env->ctx, kind, dt, n, chosen, comment);
     if (s != NG_SUCCESS) {
       rc = cli_fail_status(s, "tune: store", err, sizeof err);
       return cli_error(CLI_DEVICE, "tune %s N=%zu %s: %s", op->name, n, pass, err);
@@ -628,8 +650,19 @@ int cli_cmd_tune(int argc, char **argv) {
   for (int i = 0; i < nn && !rc; i++) {
     size_t rows = (size_t)total / ns[i];
     if (rows == 0) rows = 1;
-    for (int k = 0; k < np && !rc; k++)
-      rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, dry, json);
+    /* the frozen backward runs on the backward's shape: the one its scan just chose */
+    unsigned shape[7] = {0}, chosen[7];
+    bool have_shape = false;
+    for (int k = 0; k < np && !rc; k++) {
+      rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, have_shape ? shape : NULL,
+                    chosen, dry, json);
+      if (!rc && !t->single && !strcmp(passes[k], "backward")) {
+        shape[NG_TUNE_WORKGROUP] = chosen[NG_TUNE_WORKGROUP];
+        shape[NG_TUNE_REG_COLS] = chosen[NG_TUNE_REG_COLS];
+        shape[NG_TUNE_VECTOR] = chosen[NG_TUNE_VECTOR];
+        have_shape = shape[NG_TUNE_WORKGROUP] || shape[NG_TUNE_REG_COLS] || shape[NG_TUNE_VECTOR];
+      }
+    }
   }
   cli_env_close(&env);
   return rc;
