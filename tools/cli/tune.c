@@ -33,8 +33,8 @@ const char cli_tune_usage[] =
     "    the one whose median ratio still beats it by >= 1% is stored in the cache folder's\n"
     "    tuning.txt (unless --dry-run);\n"
     "  - a backward's line also serves the passes that share its launch: the frozen backward\n"
-    "    takes its work-group shape (so that dx keeps its bits), layernorm's backward with dB\n"
-    "    alone and polynorm's frozen backwards all of it. A candidate is stored only if none\n"
+    "    takes its work-group shape (so that dx keeps its bits), layernorm's backward with one\n"
+    "    gradient and polynorm's frozen backwards all of it. A candidate is stored only if none\n"
     "    of those passes, timed the same way, takes more than PCT % longer with it (default\n"
     "    1: the LoRA pass must not pay for the trained one; a negative PCT asks them to gain,\n"
     "    off skips the check); the others are reported as kept out. The frozen backward's\n"
@@ -134,15 +134,15 @@ static ng_status confirm(cli_env *env, const cli_bench_case *c, void *state, con
 
 /* A pass that takes what a backward-with-gradients line stores (docs/tuning.md): the frozen
  * backward its work-group shape (the reduction order, so that dx keeps its bits), LayerNorm's
- * backward with dB alone (the same kind) and PolyNorm's frozen backwards (one launch for every
- * gradient) all of it. */
+ * backward with one gradient (the same kind) and PolyNorm's frozen backwards (one launch for
+ * every gradient) all of it. */
 typedef struct inherited_pass {
   const char *what;
   bool freeze_weight, freeze_bias;
   bool shape_only; /* takes the work-group size, slots and vector width alone */
 } inherited_pass;
 
-static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[2]) {
+static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[3]) {
   if (!dw) return 0; /* no other pass reads a forward's or a frozen backward's line */
   if (t->single) {
     out[0] = (inherited_pass){"weight-frozen backward", true, false, false};
@@ -152,7 +152,8 @@ static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[2]
   out[0] = (inherited_pass){"frozen backward", true, true, true};
   if (strcmp(t->op, "layernorm")) return 1;
   out[1] = (inherited_pass){"backward with dB alone", true, false, false};
-  return 2;
+  out[2] = (inherited_pass){"backward with dW alone", false, true, false};
+  return 3;
 }
 
 /* Default time / candidate time on an inherited pass, confirmed as the pass itself is: its own
@@ -441,7 +442,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   op->bench_cleanup(state);
   /* the confirmed candidates, best ratio first, until one costs no inherited pass more than
    * the slack */
-  inherited_pass ip[2];
+  inherited_pass ip[3];
   const int nip = s == NG_SUCCESS && !isnan(slack) ? inherited_passes(t, dw, ip) : 0;
   const double floor_ratio = isnan(slack) ? 0 : 1.0 / (1.0 + slack / 100.0);
   int kept_out = 0;
