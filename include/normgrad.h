@@ -227,6 +227,18 @@ NG_API ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n,
  *  Errors: as ng_tuning_store, and NG_ERR_UNSUPPORTED_DTYPE for another dtype. */
 NG_API ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtype,
                                        size_t n, const unsigned *values, const char *comment);
+/** The values the tables give calls of `kind` with x of `dtype` (f32, f16 or bf16) and rows of
+ *  n elements, as this context loaded them: its `tuning.txt` line (that dtype's, else the
+ *  bucket's line for every dtype), else the built-in table's entry for this device (docs/tuning.md),
+ *  before the overrides and the rules. `values[NG_TUNE_*]` (7 entries, index 0 unused) get them,
+ *  0 where the line leaves a parameter to the rules; `*found` is 1 if a line or entry applies, 0
+ *  if none does or NG_TUNE_TABLE is 1 (then `values` are all 0). A frozen kind takes its
+ *  work-group size, slots and vector width from the kind with gradients ("rmsnorm.bwd" for
+ *  "rmsnorm.bwd_frozen"), so that dx keeps its bits. Errors: NG_ERR_NULL_HANDLE (ctx, kind,
+ *  values or found NULL), NG_ERR_INVALID_VALUE (unknown kind, n = 0), NG_ERR_UNSUPPORTED_DTYPE.
+ *  Thread-safe with other calls that do not change the context's overrides. */
+NG_API ng_status ng_tuning_lookup(const ng_context *ctx, const char *kind, ng_dtype dtype,
+                                  size_t n, unsigned *values, int *found);
 
 /** What ng_tune_gemm measured: one row-major SGEMM of size³ (wall time, median of 3). */
 typedef struct ng_gemm_tune_result {

@@ -426,6 +426,21 @@ ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtyp
   return store(ctx, kind, (int)dtype, n, values, comment);
 }
 
+ng_status ng_tuning_lookup(const ng_context *ctx, const char *kind, ng_dtype dtype, size_t n,
+                           unsigned *values, int *found) {
+  ng_clear_detail();
+  if (!ctx || !kind || !values || !found)
+    return ng_fail(NG_ERR_NULL_HANDLE, "ctx, kind, values or found is NULL");
+  if (kind_index(kind) < 0) return ng_fail(NG_ERR_INVALID_VALUE, "unknown kernel kind '%s'", kind);
+  if (n == 0) return ng_fail(NG_ERR_INVALID_VALUE, "row length is 0");
+  if (!line_dtype_ok(dtype))
+    return ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "the row kernels take f32, f16 or bf16 x");
+  unsigned v[NG_TUNE_SLOTS] = {0};
+  *found = ng_tuned_lookup(ctx, kind, dtype, n, v) ? 1 : 0;
+  memcpy(values, v, sizeof v); /* NG_TUNE_SLOTS = the 7 entries of the public arrays */
+  return NG_SUCCESS;
+}
+
 /* Replace the line starting with `key` (or add it) in the context's tuning.txt, atomically. */
 ng_status ng_tuning_write_line(ng_context *ctx, const char *key, const char *line) {
   pthread_mutex_lock(&ctx->lock);

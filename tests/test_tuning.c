@@ -1,8 +1,9 @@
 /* The tuned-parameter table (tuning.txt) and NORMGRAD_TUNE: what ng_tuning_store writes, later
  * contexts on the device use (seen through the RMSNorm scratch size, which is groups·4·n bytes);
  * overrides beat the table; NG_TUNE_TABLE=1 ignores it; a line of one dtype comes before one for
- * every dtype; damaged, foreign or unsafe lines are ignored, never fatal; a malformed
- * NORMGRAD_TUNE fails context creation with a clear status. */
+ * every dtype; damaged, foreign or unsafe lines are ignored, never fatal; ng_tuning_lookup
+ * reports what the tables give; a malformed NORMGRAD_TUNE fails context creation with a clear
+ * status. */
 #include "common/ng_test.h"
 #include "ng_internal.h" /* ng_tuned_lookup, to see each dtype's line */
 
@@ -240,6 +241,77 @@ static void test_dtype_lines(void **st) {
   ng_context_release(c);
 }
 
+/* ng_tuning_lookup: what the context's tables give a kind, dtype and length, as it loaded them:
+ * its tuning.txt line (the dtype's, else every dtype's), else the built-in entry; nothing with
+ * NG_TUNE_TABLE = 1; the argument checks. */
+static void test_lookup(void **st) {
+  (void)st;
+  ng_context *c = fresh();
+  unsigned got[7];
+  int found = 7;
+  memset(got, 0xff, sizeof got);
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 1000, got, &found));
+  assert_int_equal(found, 0);
+  for (int k = 0; k < 7; k++) assert_int_equal(got[k], 0);
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 3, v[NG_TUNE_PREFETCH] = 1;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 1000, v, NULL));
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 1000, got, &found));
+  assert_int_equal(found, 0); /* the storing context keeps what it loaded */
+  ng_context_release(c);
+  c = fresh();
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 600, got, &found)); /* the same bucket */
+  assert_int_equal(found, 1);
+  assert_int_equal(got[NG_TUNE_GROUPS], 3);
+  assert_int_equal(got[NG_TUNE_PREFETCH], 1);
+  assert_int_equal(got[NG_TUNE_WORKGROUP], 0);
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_F16, 1000, got, &found));
+  assert_int_equal(found, 0);
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 3000, got, &found));
+  assert_int_equal(found, 0);
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd_frozen", NG_BF16, 1000, got, &found));
+  assert_int_equal(found, 0); /* a kind of its own */
+  v[NG_TUNE_GROUPS] = 5, v[NG_TUNE_PREFETCH] = 0;
+  NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, NULL)); /* every dtype */
+  ng_context_release(c);
+  c = fresh();
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_F16, 1000, got, &found));
+  assert_int_equal(found, 1);
+  assert_int_equal(got[NG_TUNE_GROUPS], 5);
+  NG_OK(ng_context_override(c, NG_TUNE_TABLE, 1));
+  memset(got, 0xff, sizeof got);
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_F16, 1000, got, &found));
+  assert_int_equal(found, 0);
+  for (int k = 0; k < 7; k++) assert_int_equal(got[k], 0);
+  NG_OK(ng_context_override(c, NG_TUNE_TABLE, 0));
+  /* the built-in table, on a context named as its device (src/tuning.c's first entry) */
+  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H200");
+  const unsigned cu = c->info.compute_units;
+  c->info.compute_units = 132;
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 16384, got, &found));
+  assert_int_equal(found, 1);
+  assert_int_equal(got[NG_TUNE_WORKGROUP], 1024);
+  assert_int_equal(got[NG_TUNE_GROUPS], 132);
+  NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_F16, 16384, got, &found));
+  assert_int_equal(found, 0);
+  c->info.compute_units = cu;
+  off_table(c);
+  NG_EXPECT_STATUS(ng_tuning_lookup(NULL, "rmsnorm.bwd", NG_BF16, 1000, got, &found),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_lookup(c, NULL, NG_BF16, 1000, got, &found), NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 1000, NULL, &found),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 1000, got, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_lookup(c, "nosuch", NG_BF16, 1000, got, &found),
+                   NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tuning_lookup(c, "rmsnorm.bwd", NG_BF16, 0, got, &found),
+                   NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tuning_lookup(c, "rmsnorm.bwd", NG_I32, 1000, got, &found),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  ng_context_release(c);
+}
+
 static void test_env(void **st) {
   (void)st;
   ng_test_env *e = ng_test_env_get();
@@ -310,6 +382,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_store, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dtype_lines, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lookup, setup, teardown),
       cmocka_unit_test_setup_teardown(test_env, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gemm_tuning_args, setup, teardown),
   };

@@ -80,7 +80,7 @@ has_not "the time with it" err
 # shape the backward's scan of the same run chose (the rules' where it chose none), and its line
 # holds the grid and prefetch alone
 NORMGRAD_CACHE_DIR="$T/cache2" expect 0 "$CLI" tune rmsnorm --hidden 1000 --total 32768 --json
-python3 - "$T/out" "$T/cache2/tuning.txt" <<'PY' || fail "frozen scan's shape: $(cat "$T/out")"
+python3 - "$T/out" "$T/cache2/tuning.txt" "$T/bw_shape" <<'PY' || fail "frozen scan's shape: $(cat "$T/out")"
 import json, os, sys
 fw, bw, fz = [json.loads(l) for l in open(sys.argv[1])]
 assert (bw["pass"], fz["pass"]) == ("backward", "frozen"), (bw, fz)
@@ -93,7 +93,19 @@ lines = open(sys.argv[2]).read().splitlines() if os.path.exists(sys.argv[2]) els
 for l in lines:
     if " rmsnorm.bwd_frozen " in l:
         assert not any(f" {k}=" in l.split("#")[0] for k in ("wg", "reg", "vec")), l
+open(sys.argv[3], "w").write(" ".join(want) if bw["stored"] else "")
 PY
+# ... and alone, in a later run, on the shape the stored backward line gives
+if [ -s "$T/bw_shape" ]; then
+  NORMGRAD_CACHE_DIR="$T/cache2" expect 0 "$CLI" tune rmsnorm --hidden 1000 --total 32768 --json \
+    --pass frozen --dry-run
+  python3 - "$T/out" "$T/bw_shape" <<'PY' || fail "frozen scan alone: $(cat "$T/out")"
+import json, sys
+fz = json.loads(open(sys.argv[1]).read())
+kv = dict(x.split("=") for x in fz["best"].split())
+assert " ".join(kv[k] for k in ("wg", "reg", "vec")) == open(sys.argv[2]).read(), fz
+PY
+fi
 
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster

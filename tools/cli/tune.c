@@ -38,8 +38,9 @@ const char cli_tune_usage[] =
     "    of those passes, timed the same way, takes more than PCT % longer with it (default\n"
     "    1: the LoRA pass must not pay for the trained one; a negative PCT asks them to gain,\n"
     "    off skips the check); the others are reported as kept out. The frozen backward's\n"
-    "    scan runs on the shape the backward's scan of the same run chose (the rules' when it\n"
-    "    chose none or ran apart) and stores its grid and prefetch alone.\n"
+    "    scan runs on the shape it will have: the one the backward's scan of the same run\n"
+    "    chose, else the tables' (tuning.txt, the built-in table), else the rules'; it stores\n"
+    "    its grid and prefetch alone.\n"
     "Stored values apply to the tuned dtype, for row lengths in [2^k, 2^(k+1)) of the tuned\n"
     "N. Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still\n"
     "win. On devices the library has measured (docs/tuning.md) a built-in table applies\n"
@@ -651,17 +652,28 @@ int cli_cmd_tune(int argc, char **argv) {
   for (int i = 0; i < nn && !rc; i++) {
     size_t rows = (size_t)total / ns[i];
     if (rows == 0) rows = 1;
-    /* the frozen backward runs on the backward's shape: the one its scan just chose */
+    /* the frozen backward runs on the backward's shape: the one its scan just chose, else the
+     * one the tables give it (a line of an earlier run, the built-in table), else the rules' */
     unsigned shape[7] = {0}, chosen[7];
     bool have_shape = false;
+    if (!t->single) {
+      char bwd[64];
+      int found = 0;
+      snprintf(bwd, sizeof bwd, "%s.bwd", t->op);
+      if (ng_tuning_lookup(env.ctx, bwd, dt, ns[i], shape, &found) != NG_SUCCESS) found = 0;
+      shape[NG_TUNE_GROUPS] = shape[NG_TUNE_PREFETCH] = 0;
+      have_shape = found && (shape[NG_TUNE_WORKGROUP] || shape[NG_TUNE_REG_COLS] ||
+                             shape[NG_TUNE_VECTOR]);
+    }
     for (int k = 0; k < np && !rc; k++) {
       rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, have_shape ? shape : NULL,
                     chosen, dry, json);
-      if (!rc && !t->single && !strcmp(passes[k], "backward")) {
+      if (!rc && !t->single && !strcmp(passes[k], "backward") &&
+          (chosen[NG_TUNE_WORKGROUP] || chosen[NG_TUNE_REG_COLS] || chosen[NG_TUNE_VECTOR])) {
         shape[NG_TUNE_WORKGROUP] = chosen[NG_TUNE_WORKGROUP];
         shape[NG_TUNE_REG_COLS] = chosen[NG_TUNE_REG_COLS];
         shape[NG_TUNE_VECTOR] = chosen[NG_TUNE_VECTOR];
-        have_shape = shape[NG_TUNE_WORKGROUP] || shape[NG_TUNE_REG_COLS] || shape[NG_TUNE_VECTOR];
+        have_shape = true;
       }
     }
   }
