@@ -138,7 +138,6 @@ static bool ln_coop_plan(const ng_context *ctx, const ng_row_launch *l, ng_dtype
          ng_coop_plan(ctx, l, xd, rows, n, 0, LN_COOP_X, c);
 }
 
-
 /* gd: the gradients' dtype (the bias's when there is no weight). The bias is not read backward
  * (it only says whether dB may be asked for). cp: the plan of rows split across groups, or NULL
  * for launch l. The split kernel keeps its slice of the weight in local memory where it fits

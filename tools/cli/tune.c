@@ -133,6 +133,46 @@ static ng_status confirm(cli_env *env, const cli_bench_case *c, void *state, con
   return NG_SUCCESS;
 }
 
+/* A launch's work-group shape: its work-group size, slots and vector width (what a frozen kind
+ * takes from the kind with gradients). copy_shape copies src's (zeros, the rules', for NULL)
+ * into dst; has_shape says whether v sets any. */
+static void copy_shape(unsigned dst[7], const unsigned *src) {
+  dst[NG_TUNE_WORKGROUP] = src ? src[NG_TUNE_WORKGROUP] : 0;
+  dst[NG_TUNE_REG_COLS] = src ? src[NG_TUNE_REG_COLS] : 0;
+  dst[NG_TUNE_VECTOR] = src ? src[NG_TUNE_VECTOR] : 0;
+}
+
+static bool has_shape(const unsigned v[7]) {
+  return v[NG_TUNE_WORKGROUP] || v[NG_TUNE_REG_COLS] || v[NG_TUNE_VECTOR];
+}
+
+/* One pass's bench tensors (spec's sizes and frozen flags) with scratch for grids of up to
+ * scratch_groups groups, and for a backward its statistics from a forward at the default
+ * launch. Returns a CLI exit code; on failure nothing stays allocated. */
+static int open_pass(cli_env *env, const cli_op *op, const cli_bench_spec *spec, bool bwd,
+                     unsigned scratch_groups, cli_bench_case cases[4], void **state, char *err,
+                     size_t errlen) {
+  static const unsigned none[7] = {0};
+  unsigned vmax[7] = {0};
+  vmax[NG_TUNE_GROUPS] = scratch_groups;
+  ng_status s = apply(env->ctx, vmax);
+  if (s != NG_SUCCESS) return cli_fail_status(s, "tune", err, errlen);
+  cli_options o;
+  cli_options_init(&o);
+  memset(cases, 0, 4 * sizeof cases[0]);
+  int ncases = 0;
+  *state = NULL;
+  const int rc = op->bench_setup(env, spec, &o, cases, &ncases, state, err, errlen);
+  if (rc) return rc;
+  s = apply(env->ctx, none);
+  if (s == NG_SUCCESS && bwd) s = cases[0].run(env, *state);
+  if (s == NG_SUCCESS && bwd) s = clFinish(env->queue);
+  if (s == NG_SUCCESS) return CLI_OK;
+  op->bench_cleanup(*state);
+  *state = NULL;
+  return cli_fail_status(s, "tune", err, errlen);
+}
+
 /* A pass that takes what a backward-with-gradients line stores (docs/tuning.md): the frozen
  * backward its work-group shape (the reduction order, so that dx keeps its bits), LayerNorm's
  * backward with one gradient (the same kind) and PolyNorm's frozen backwards (one launch for
@@ -164,27 +204,14 @@ static int confirm_inherited(cli_env *env, const cli_op *op, size_t rows, size_t
                              unsigned scratch_groups, double *ratio, char *err, size_t errlen) {
   static const unsigned none[7] = {0};
   unsigned v[7] = {0};
-  memcpy(v, cand, sizeof v);
-  if (ip->shape_only) /* the frozen kind's own grid and prefetch stay the rules' */
-    v[NG_TUNE_GROUPS] = v[NG_TUNE_PREFETCH] = 0;
-  cli_options o;
-  cli_options_init(&o);
-  cli_bench_spec spec = {rows, n, dt, ip->freeze_weight, ip->freeze_bias};
+  if (ip->shape_only) copy_shape(v, cand); /* the frozen kind's grid and prefetch: the rules' */
+  else memcpy(v, cand, sizeof v);
+  const cli_bench_spec spec = {rows, n, dt, ip->freeze_weight, ip->freeze_bias};
   cli_bench_case cases[4];
-  memset(cases, 0, sizeof cases);
-  int ncases = 0;
-  void *state = NULL;
-  unsigned vmax[7] = {0};
-  vmax[NG_TUNE_GROUPS] = scratch_groups; /* scratch for every candidate's grid, as tune_one's */
-  ng_status s = apply(env->ctx, vmax);
-  if (s == NG_SUCCESS) s = ng_context_override(env->ctx, NG_TUNE_WORKGROUP, 0);
-  if (s != NG_SUCCESS) return cli_fail_status(s, "tune", err, errlen);
-  int rc = op->bench_setup(env, &spec, &o, cases, &ncases, &state, err, errlen);
+  void *state;
+  const int rc = open_pass(env, op, &spec, true, scratch_groups, cases, &state, err, errlen);
   if (rc) return rc;
-  s = apply(env->ctx, none);
-  if (s == NG_SUCCESS) s = cases[0].run(env, state);
-  if (s == NG_SUCCESS) s = clFinish(env->queue);
-  if (s == NG_SUCCESS) s = confirm(env, &cases[1], state, none, v, ratio);
+  const ng_status s = confirm(env, &cases[1], state, none, v, ratio);
   op->bench_cleanup(state);
   return s == NG_SUCCESS ? CLI_OK : cli_fail_status(s, "tune", err, errlen);
 }
@@ -262,9 +289,9 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   static const unsigned mult_gpu_dw[] = {1, 2, 4, 8}, mult_gpu[] = {2, 4, 8, 16, 0},
                         mult_cpu[] = {1, 2, 4, 8, 16};
   if (type & CL_DEVICE_TYPE_CPU) {
-    /* grid_only: the vector width is the shape's (0 below), as the work-group's is */
+    /* grid_only: one vector width (tune_one sets the shape: the backward's) */
     for (size_t m = 0; m < sizeof mult_cpu / sizeof mult_cpu[0]; m++)
-      for (unsigned vec = grid_only ? 0 : 1; vec <= 8; vec += grid_only ? 9 : 7)
+      for (unsigned vec = grid_only ? 8 : 1; vec <= 8; vec += 7)
         for (unsigned pf = 0; pf <= 1; pf++) { /* the far prefetch: default (on), off */
           if (pf && vec == 1) continue; /* only the 16-value chunks prefetch */
           cpu_candidate(&cs[nc++], vec, cu * mult_cpu[m], pf);
@@ -273,9 +300,7 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
      * it, not the grid): 2 KB is the kernels' own */
     static const unsigned dist[] = {512, 1024, 4096, 8192};
     for (size_t k = 0; k < sizeof dist / sizeof dist[0]; k++)
-      cpu_candidate(&cs[nc++], grid_only ? 0 : 8, cu * 4, dist[k]);
-    if (grid_only)
-      for (int i = 1; i < nc; i++) cs[i].v[NG_TUNE_WORKGROUP] = cs[i].v[NG_TUNE_REG_COLS] = 0;
+      cpu_candidate(&cs[nc++], 8, cu * 4, dist[k]);
     return nc;
   }
   const bool nv = strstr(vendor, "NVIDIA") != NULL;
@@ -348,37 +373,22 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   const bool grid_only = frozen && !t->single;
   const int nc = make_candidates(env, n, rows, dw && !t->single, grid_only, cs);
   memset(chosen, 0, 7 * sizeof chosen[0]);
-  if (grid_only && shape) /* the default too: it is the frozen pass without a line of its own */
-    for (int i = 0; i < nc; i++) {
-      cs[i].v[NG_TUNE_WORKGROUP] = shape[NG_TUNE_WORKGROUP];
-      cs[i].v[NG_TUNE_REG_COLS] = shape[NG_TUNE_REG_COLS];
-      cs[i].v[NG_TUNE_VECTOR] = shape[NG_TUNE_VECTOR];
-    }
+  if (grid_only) /* the default too: it is the frozen pass without a line of its own */
+    for (int i = 0; i < nc; i++) copy_shape(cs[i].v, shape);
   /* scratch for the largest group count any candidate asks for */
   unsigned vmax[7] = {0};
   for (int i = 1; i < nc; i++)
     if (cs[i].v[NG_TUNE_GROUPS] > vmax[NG_TUNE_GROUPS]) vmax[NG_TUNE_GROUPS] = cs[i].v[NG_TUNE_GROUPS];
-  cli_options o;
-  cli_options_init(&o);
-  cli_bench_spec spec = {rows, n, dt, frozen, frozen};
+  const cli_bench_spec spec = {rows, n, dt, frozen, frozen};
   cli_bench_case cases[4];
-  memset(cases, 0, sizeof cases);
-  int ncases = 0, rc = CLI_OK;
-  void *state = NULL, *ref[3] = {0}, *got[3] = {0};
-  ng_status s = apply(env->ctx, vmax);
-  if (s == NG_SUCCESS) s = ng_context_override(env->ctx, NG_TUNE_WORKGROUP, 0);
-  if (s != NG_SUCCESS) return cli_error(cli_fail_status(s, "tune", err, sizeof err), "tune: %s", err);
-  rc = op->bench_setup(env, &spec, &o, cases, &ncases, &state, err, sizeof err);
+  void *state, *ref[3] = {0}, *got[3] = {0};
+  int rc = open_pass(env, op, &spec, !fwd, vmax[NG_TUNE_GROUPS], cases, &state, err, sizeof err);
   if (rc) return cli_error(rc, "tune %s: %s", op->name, *err ? err : "setup failed");
-  const int which = fwd ? 0 : 1;
-  const cli_bench_case *c = &cases[which];
+  const cli_bench_case *c = &cases[fwd ? 0 : 1];
   int rejected = 0, best = 0;
   double worst_ok = 0;
   static const unsigned none[7] = {0};
-  if ((s = apply(env->ctx, none)) == NG_SUCCESS && which == 1) { /* the backward's statistics */
-    s = cases[0].run(env, state);
-    if (s == NG_SUCCESS) s = clFinish(env->queue);
-  }
+  ng_status s = NG_SUCCESS;
   char label[128];
   snprintf(label, sizeof label, "tune %s N=%zu %s: candidates", op->name, n, pass);
   cli_progress pr;
@@ -456,7 +466,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     tried[k] = true;
     if (!(ratios[k] * 0.99 > 1.0)) break;
     const unsigned *cv = cs[top[k]].v;
-    const bool sets_shape = cv[NG_TUNE_WORKGROUP] || cv[NG_TUNE_REG_COLS] || cv[NG_TUNE_VECTOR];
+    const bool sets_shape = has_shape(cv);
     double worst = 1.0;
     const char *lost = NULL;
     for (int j = 0; j < nip && !rc; j++) {
@@ -496,8 +506,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
                                  : "no (the default is as fast)";
   if (store) { /* a frozen line's shape would be ignored: the backward's line gives it */
     memcpy(chosen, cs[won].v, 7 * sizeof chosen[0]);
-    if (grid_only)
-      chosen[NG_TUNE_WORKGROUP] = chosen[NG_TUNE_REG_COLS] = chosen[NG_TUNE_VECTOR] = 0;
+    if (grid_only) copy_shape(chosen, NULL);
   }
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
@@ -660,19 +669,16 @@ int cli_cmd_tune(int argc, char **argv) {
       char bwd[64];
       int found = 0;
       snprintf(bwd, sizeof bwd, "%s.bwd", t->op);
-      if (ng_tuning_lookup(env.ctx, bwd, dt, ns[i], shape, &found) != NG_SUCCESS) found = 0;
-      shape[NG_TUNE_GROUPS] = shape[NG_TUNE_PREFETCH] = 0;
-      have_shape = found && (shape[NG_TUNE_WORKGROUP] || shape[NG_TUNE_REG_COLS] ||
-                             shape[NG_TUNE_VECTOR]);
+      unsigned got[7];
+      if (ng_tuning_lookup(env.ctx, bwd, dt, ns[i], got, &found) == NG_SUCCESS && found)
+        copy_shape(shape, got);
+      have_shape = has_shape(shape);
     }
     for (int k = 0; k < np && !rc; k++) {
       rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, have_shape ? shape : NULL,
                     chosen, dry, json);
-      if (!rc && !t->single && !strcmp(passes[k], "backward") &&
-          (chosen[NG_TUNE_WORKGROUP] || chosen[NG_TUNE_REG_COLS] || chosen[NG_TUNE_VECTOR])) {
-        shape[NG_TUNE_WORKGROUP] = chosen[NG_TUNE_WORKGROUP];
-        shape[NG_TUNE_REG_COLS] = chosen[NG_TUNE_REG_COLS];
-        shape[NG_TUNE_VECTOR] = chosen[NG_TUNE_VECTOR];
+      if (!rc && !t->single && !strcmp(passes[k], "backward") && has_shape(chosen)) {
+        copy_shape(shape, chosen);
         have_shape = true;
       }
     }
