@@ -324,6 +324,18 @@ static const ng_builtin_tune builtin[] = {
     /* PolyNorm's f32 forward on 512 x 4, 2112 groups, no prefetch: -10.6 to -22.2 % at
      * 9216-16384 */
     {H200, "polynorm.fwd", F32, 9216, 16384, NG_BUILTIN_V(512, 2112, 4, 1)},
+    /* A fourth round (2026-11-29, scans with the frozen passes guarded; measured under
+     * NORMGRAD_TUNE, then through this table against the binary before it): RMSNorm's f32
+     * backward on 256 x 4, a group a compute unit, at 4097-8192 (with dW -11 to -21 % at
+     * 4352-8192, frozen on the same shape -3 to -14 %; 9216-16384 lost 25-40 %) */
+    {H200, "rmsnorm.bwd", F32, 4097, 8192, NG_BUILTIN_V(256, 132, 4, 2)},
+    /* RMSNorm's f32 forward on 1024 x 4, 1056 groups, no prefetch: -2.5 to -5.5 % at
+     * 17408-32768 (40960-65536 lost 6-17 %) */
+    {H200, "rmsnorm.fwd", F32, 16385, 32768, NG_BUILTIN_V(1024, 1056, 4, 1)},
+    /* the fused add's f32 backward on 1024 x 1, a group a compute unit, no prefetch: with dW
+     * -10.7 to -16.2 % at 4352-8192, frozen on the same shape -5.7 to -27.9 % (9216-12288 lost
+     * 37-39 % with dW) */
+    {H200, "fused-add-rmsnorm.bwd", F32, 4097, 8192, NG_BUILTIN_V(1024, 132, 1, 1)},
 };
 #undef H200
 #undef BF16
