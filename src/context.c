@@ -362,13 +362,16 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng
   const ng_device_info *d = &ctx->info;
   unsigned tune[NG_TUNE_SLOTS] = {0};
   ng_tuned_lookup(ctx, kind, xd, n, tune);
-  if (mode == NG_ROWS_BWD_FROZEN && kind) {
+  const size_t klen = kind ? strlen(kind) : 0, suffix = sizeof "_frozen" - 1;
+  if (klen > suffix && !strcmp(kind + klen - suffix, "_frozen")) {
     /* dx must be the same bits frozen or not: the work-group shape (which fixes the reduction
-     * order) is the backward-with-dW kind's; only the grid and prefetch are the frozen kind's */
+     * order) is the backward-with-dW kind's; only the grid and prefetch are the frozen kind's
+     * (the frozen kinds: RMSNorm's, the fused add's and LayerNorm's backward without partials,
+     * PolyNorm's with both parameters frozen) */
     char dw_kind[64];
-    const size_t len = strlen(kind), suffix = sizeof "_frozen" - 1;
+    const size_t len = klen;
     unsigned shape[NG_TUNE_SLOTS] = {0};
-    if (len > suffix && len - suffix < sizeof dw_kind) {
+    if (len - suffix < sizeof dw_kind) {
       memcpy(dw_kind, kind, len - suffix);
       dw_kind[len - suffix] = '\0';
       ng_tuned_lookup(ctx, dw_kind, xd, n, shape);

@@ -95,7 +95,7 @@ ng_status ng_tune_from_env(ng_context *ctx) {
 static const char *const tuned_kinds[] = {
     "rmsnorm.fwd",   "rmsnorm.bwd",   "rmsnorm.bwd_frozen",   "fused-add-rmsnorm.fwd",
     "fused-add-rmsnorm.bwd", "fused-add-rmsnorm.bwd_frozen", "layernorm.fwd", "layernorm.bwd",
-    "layernorm.bwd_frozen", "polynorm", "polynorm.fwd", "polynorm.bwd"};
+    "layernorm.bwd_frozen", "polynorm", "polynorm.fwd", "polynorm.bwd", "polynorm.bwd_frozen"};
 
 static int kind_index(const char *kind) {
   for (size_t i = 0; i < NG_ARRAY_LEN(tuned_kinds); i++)
@@ -273,6 +273,9 @@ static const ng_builtin_tune builtin[] = {
      * 4-5 % slower (coop_plan in src/ops/polynorm.c): -2.8 to -6.3 % in bf16 and f16 at
      * 7936-8192, f32 even (the forward, on which it was measured too, even) */
     {H200, "polynorm.bwd", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
+    /* ... measured on every frozen pass when one kind served them: its both-frozen pass, a kind
+     * of its own since (the shape is the backward's), keeps the prefetch it was measured with */
+    {H200, "polynorm.bwd_frozen", ALL, 7681, 8192, NG_BUILTIN_V(0, 0, 0, 2)},
     /* f32 rows, whose rules were set on the H100 from fewer measurements (tuner scans in f32,
      * 2026-11-29): RMSNorm's forward on 512 x 4, 1056 groups, no prefetch, at 9216-16384
      * (-12.5 to -18.4 %) and on 256 x 4, 4096 groups, at 6144-8192 (-9 to -15 %) */
@@ -310,6 +313,7 @@ static const ng_builtin_tune builtin[] = {
      * 3072-3584, both frozen -3.7 % / -0.8 %; at 4096 both frozen lost 2.4 %, and bf16 (-2 to
      * -12 % with gradients) lost 4-6.5 % with both frozen, f16 6-37 % in every pass */
     {H200, "polynorm.bwd", F32, 3072, 3584, NG_BUILTIN_V(128, 0, 4, 2)},
+    {H200, "polynorm.bwd_frozen", F32, 3072, 3584, NG_BUILTIN_V(0, 0, 0, 2)},
     /* RMSNorm's f32 backward on 128 x 2, 264 groups, at 1792-2048 (with dW -3.5 to -11.4 %,
      * frozen -11.3 to -12.7 %) and on 64 x 2, 1056 groups, no prefetch, at 896-1024 (-2.6 to
      * -11.6 %, frozen -3.2 to -7.8 %; 768 +1.9 % under the override) */

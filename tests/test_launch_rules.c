@@ -608,6 +608,11 @@ static void test_builtin_launches(void **state) {
     assert_true(c2.l.prefetch);
     assert_false(c1.l.prefetch);
   }
+  /* its both-frozen pass, a kind of its own, keeps that prefetch too */
+  assert_true(ng_polynorm_bwd_plan(h2, 4096, 8192, NG_BF16, false, false, &l, &c2));
+  assert_true(ng_polynorm_bwd_plan(h1, 4096, 8192, NG_BF16, false, false, &l, &c1));
+  assert_true(c2.l.prefetch);
+  assert_false(c1.l.prefetch);
   ng_context_release(h2);
   ng_context_release(h1);
 }
@@ -663,6 +668,25 @@ static void test_tuned_split(void **state) {
   assert_int_equal(ng_choose_row_launch_k(c, "polynorm.fwd", NG_BF16, 2048, 16384, true, pf).groups,
                    7);
   assert_true(ng_polynorm_bwd_plan(c, 2048, 16384, NG_BF16, true, true, &l, &cp));
+  assert_int_equal(cp.l.groups, 9 / cp.slices * cp.slices);
+  const unsigned pn_wg = cp.l.wg;
+  /* the backward with dB alone shares that line; with both frozen (the LoRA pass) the line
+   * gives the shape alone and "polynorm.bwd_frozen" the grid, which had no kind until
+   * 2026-11-29 */
+  assert_true(ng_polynorm_bwd_plan(c, 2048, 16384, NG_BF16, false, true, &l, &cp));
+  assert_int_equal(cp.l.groups, 9 / cp.slices * cp.slices);
+  assert_true(ng_polynorm_bwd_plan(c, 2048, 16384, NG_BF16, false, false, &l, &cp));
+  assert_int_not_equal(cp.l.groups, 9 / cp.slices * cp.slices);
+  v[NG_TUNE_GROUPS] = 22;
+  v[NG_TUNE_WORKGROUP] = pn_wg == 64 ? 128 : 64; /* a frozen line's shape is not used */
+  NG_OK(ng_tuning_store(c, "polynorm.bwd_frozen", 16384, v, "test"));
+  v[NG_TUNE_WORKGROUP] = 0;
+  ng_context_release(c);
+  c = h100();
+  assert_true(ng_polynorm_bwd_plan(c, 2048, 16384, NG_BF16, false, false, &l, &cp));
+  assert_int_equal(cp.l.groups, 22 / cp.slices * cp.slices);
+  assert_int_equal(cp.l.wg, pn_wg);
+  assert_true(ng_polynorm_bwd_plan(c, 2048, 16384, NG_BF16, false, true, &l, &cp));
   assert_int_equal(cp.l.groups, 9 / cp.slices * cp.slices);
   /* the override still comes first */
   NG_OK(ng_context_override(c, NG_TUNE_GROUPS, 264));

@@ -211,7 +211,10 @@ static ng_row_launch launch(const ng_context *ctx, const ng_polynorm_params *p, 
   /* A persistent grid (rows = SIZE_MAX asks for it): every group writes one row of dw/db
    * partials, so one group per row would make the reduction as long as the batch. The forward
    * takes it too, but for the rows NG_ROWS_PAIRS gives two a group. */
-  ng_row_launch l = ng_choose_row_launch_k(ctx, bwd ? "polynorm.bwd" : "polynorm.fwd", xd,
+  /* with both parameters frozen (the LoRA pass, no partials) a kind of its own, whose grid and
+   * prefetch may differ; its work-group shape is always the backward's (dx's bits) */
+  const char *kind = !bwd ? "polynorm.fwd" : dw || db ? "polynorm.bwd" : "polynorm.bwd_frozen";
+  ng_row_launch l = ng_choose_row_launch_k(ctx, kind, xd,
                                            bwd ? SIZE_MAX : p->rows, p->n, vec_ok,
                                            bwd ? bwd_mode(xd, dw, db) : fwd_mode(xd));
   l.reg_cols = PN_HELD;
@@ -455,8 +458,9 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
                                                   n, aligned != 0, fwd_mode(fl[xi]));
         lf.reg_cols = PN_HELD; /* as launch() */
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
-          ng_row_launch lb = ng_choose_row_launch_k(ctx, "polynorm.bwd", fl[xi], (size_t)1 << 20,
-                                                    n, aligned != 0,
+          ng_row_launch lb = ng_choose_row_launch_k(ctx, v == 1 ? "polynorm.bwd_frozen"
+                                                              : "polynorm.bwd",
+                                                    fl[xi], (size_t)1 << 20, n, aligned != 0,
                                                     bwd_mode(fl[xi], v > 0 && ((v - 1) & 1),
                                                              v > 0 && ((v - 1) >> 1)));
           lb.reg_cols = PN_HELD;

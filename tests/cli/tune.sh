@@ -33,15 +33,16 @@ expect 0 "$CLI" tune rmsnorm $small --dry-run
 [ "$(grep -c 'stored: no' "$T/out")" = 6 ] || fail "6 lines (2 N x 3 passes) expected: $(cat "$T/out")"
 [ -e "$T/cache/tuning.txt" ] && fail "a dry run wrote tuning.txt"
 
-# polynorm: its forward and its backward, each a kind of its own (one backward launch for every
-# gradient, so no frozen pass)
+# polynorm: its forward, its backward (one launch for dW and dB alike) and its backward with both
+# frozen (the LoRA pass), each a kind of its own
 expect 0 "$CLI" tune polynorm --hidden 1000 --total 32768 --json --dry-run
-[ "$(wc -l < "$T/out")" = 2 ] || fail "polynorm: two JSON lines expected: $(cat "$T/out")"
+[ "$(wc -l < "$T/out")" = 3 ] || fail "polynorm: three JSON lines expected: $(cat "$T/out")"
 python3 - "$T/out" <<'PY' || fail "polynorm JSON"
 import json, sys
 ds = [json.loads(l) for l in open(sys.argv[1])]
 assert [(d["kind"], d["pass"]) for d in ds] == [("polynorm.fwd", "forward"),
-                                                ("polynorm.bwd", "backward")], ds
+                                                ("polynorm.bwd", "backward"),
+                                                ("polynorm.bwd_frozen", "frozen")], ds
 for d in ds:
     assert d["hidden"] == 1000, d
     assert d["candidates"] >= 2 and d["rejected"] == 0 and d["best_ms"] > 0 and d["stored"] is False, d
@@ -49,10 +50,10 @@ for d in ds:
     assert d["confirmed"] == "default" or d["confirmed_speedup"] * 0.99 > 1.0, d
 PY
 expect 0 "$CLI" tune polynorm --hidden 1000 --total 32768 --json --dry-run --pass frozen
-grep -q '"kind":"polynorm.bwd","pass":"backward"' "$T/out" || fail "polynorm --pass frozen: $(cat "$T/out")"
+grep -q '"kind":"polynorm.bwd_frozen","pass":"frozen"' "$T/out" || fail "polynorm --pass frozen: $(cat "$T/out")"
 
 # a backward's line serves the passes that share its launch (the frozen backward takes its
-# work-group shape, LayerNorm's dB alone and PolyNorm's frozen backwards all of it): a confirmed
+# work-group shape, LayerNorm's and PolyNorm's backwards with one gradient all of it): a confirmed
 # candidate that makes one of them slower than --frozen-slack allows is kept out and named. At
 # -90 they would have to take a tenth of the time, so nothing can be stored; off times none.
 for op in rmsnorm layernorm polynorm; do
@@ -79,8 +80,10 @@ has_not "the time with it" err
 # the frozen backward takes the backward's work-group shape at run time, so its scan runs on the
 # shape the backward's scan of the same run chose (the rules' where it chose none), and its line
 # holds the grid and prefetch alone
-NORMGRAD_CACHE_DIR="$T/cache2" expect 0 "$CLI" tune rmsnorm --hidden 1000 --total 32768 --json
-python3 - "$T/out" "$T/cache2/tuning.txt" "$T/bw_shape" <<'PY' || fail "frozen scan's shape: $(cat "$T/out")"
+for op in rmsnorm polynorm; do
+  NORMGRAD_CACHE_DIR="$T/cache2-$op" expect 0 "$CLI" tune $op --hidden 1000 --total 32768 --json
+  rm -f "$T/bw_shape"
+  python3 - "$T/out" "$T/cache2-$op/tuning.txt" "$T/bw_shape" $op <<'PY' || fail "$op: frozen scan"
 import json, os, sys
 fw, bw, fz = [json.loads(l) for l in open(sys.argv[1])]
 assert (bw["pass"], fz["pass"]) == ("backward", "frozen"), (bw, fz)
@@ -91,21 +94,22 @@ want = shape(bw["confirmed"]) if bw["stored"] else ("0", "0", "0")
 assert shape(fz["best"]) == want, (bw, fz)
 lines = open(sys.argv[2]).read().splitlines() if os.path.exists(sys.argv[2]) else []
 for l in lines:
-    if " rmsnorm.bwd_frozen " in l:
+    if f" {sys.argv[4]}.bwd_frozen " in l:
         assert not any(f" {k}=" in l.split("#")[0] for k in ("wg", "reg", "vec")), l
 open(sys.argv[3], "w").write(" ".join(want) if bw["stored"] else "")
 PY
-# ... and alone, in a later run, on the shape the stored backward line gives
-if [ -s "$T/bw_shape" ]; then
-  NORMGRAD_CACHE_DIR="$T/cache2" expect 0 "$CLI" tune rmsnorm --hidden 1000 --total 32768 --json \
-    --pass frozen --dry-run
-  python3 - "$T/out" "$T/bw_shape" <<'PY' || fail "frozen scan alone: $(cat "$T/out")"
+  # ... and alone, in a later run, on the shape the stored backward line gives
+  if [ -s "$T/bw_shape" ]; then
+    NORMGRAD_CACHE_DIR="$T/cache2-$op" expect 0 "$CLI" tune $op --hidden 1000 --total 32768 \
+      --json --pass frozen --dry-run
+    python3 - "$T/out" "$T/bw_shape" <<'PY' || fail "$op: frozen scan alone"
 import json, sys
 fz = json.loads(open(sys.argv[1]).read())
 kv = dict(x.split("=") for x in fz["best"].split())
 assert " ".join(kv[k] for k in ("wg", "reg", "vec")) == open(sys.argv[2]).read(), fz
 PY
-fi
+  fi
+done
 
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster

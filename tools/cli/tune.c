@@ -20,8 +20,8 @@ const char cli_tune_usage[] =
     "\n"
     "OP: rmsnorm, fused-add-rmsnorm, layernorm or polynorm. For each row length N (default\n"
     "1024,4096,16384) and pass (default all: forward, backward with weight gradients, backward\n"
-    "with the weights frozen; polynorm's backward has one launch for every gradient and is\n"
-    "tuned with them, so its passes are forward and backward), on random data of E/N rows\n"
+    "with the weights frozen; polynorm's backward with dW or dB alone shares the backward's\n"
+    "launch, its frozen pass is the one with both frozen), on random data of E/N rows\n"
     "(default E = 2^25 elements, past a 50 MB cache):\n"
     "  - candidates: work-group size, vector slots per work-item, group count and prefetch\n"
     "    (NVIDIA: each group's next row into L2; CPUs: the rows read from memory, 2 KB\n"
@@ -34,7 +34,7 @@ const char cli_tune_usage[] =
     "    tuning.txt (unless --dry-run);\n"
     "  - a backward's line also serves the passes that share its launch: the frozen backward\n"
     "    takes its work-group shape (so that dx keeps its bits), layernorm's backward with one\n"
-    "    gradient and polynorm's frozen backwards all of it. A candidate is stored only if none\n"
+    "    gradient and polynorm's with dB alone all of it. A candidate is stored only if none\n"
     "    of those passes, timed the same way, takes more than PCT % longer with it (default\n"
     "    1: the LoRA pass must not pay for the trained one; a negative PCT asks them to gain,\n"
     "    off skips the check); the others are reported as kept out. The frozen backward's\n"
@@ -58,7 +58,9 @@ const char cli_tune_usage[] =
 
 typedef struct tune_target {
   const char *op;
-  bool single; /* one backward launch whatever is frozen (polynorm): passes forward, backward */
+  /* polynorm: its backward's partials are four floats a group, not a row of sums held for the
+   * whole grid, so its candidates take the forward's grids (up to a group a row) */
+  bool small_partials;
 } tune_target;
 
 static const tune_target targets[] = {
@@ -174,9 +176,8 @@ static int open_pass(cli_env *env, const cli_op *op, const cli_bench_spec *spec,
 }
 
 /* A pass that takes what a backward-with-gradients line stores (docs/tuning.md): the frozen
- * backward its work-group shape (the reduction order, so that dx keeps its bits), LayerNorm's
- * backward with one gradient (the same kind) and PolyNorm's frozen backwards (one launch for
- * every gradient) all of it. */
+ * backward its work-group shape (the reduction order, so that dx keeps its bits), and the
+ * backwards with one gradient of LayerNorm and PolyNorm (the same kind) all of it. */
 typedef struct inherited_pass {
   const char *what;
   bool freeze_weight, freeze_bias;
@@ -185,13 +186,8 @@ typedef struct inherited_pass {
 
 static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[3]) {
   if (!dw) return 0; /* no other pass reads a forward's or a frozen backward's line */
-  if (t->single) {
-    out[0] = (inherited_pass){"weight-frozen backward", true, false, false};
-    out[1] = (inherited_pass){"both-frozen backward", true, true, false};
-    return 2;
-  }
   out[0] = (inherited_pass){"frozen backward", true, true, true};
-  if (strcmp(t->op, "layernorm")) return 1;
+  if (strcmp(t->op, "layernorm") && strcmp(t->op, "polynorm")) return 1;
   out[1] = (inherited_pass){"backward with dB alone", true, false, false};
   out[2] = (inherited_pass){"backward with dW alone", false, true, false};
   return 3;
@@ -367,11 +363,11 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   char err[1024] = "", kind[64];
   const bool frozen = !strcmp(pass, "frozen"), fwd = !strcmp(pass, "forward");
   snprintf(kind, sizeof kind, "%s.%s", t->op,
-           fwd ? "fwd" : frozen && !t->single ? "bwd_frozen" : "bwd");
+           fwd ? "fwd" : frozen ? "bwd_frozen" : "bwd");
   const bool dw = !fwd && !frozen;
   static candidate cs[MAX_CANDIDATES];
-  const bool grid_only = frozen && !t->single;
-  const int nc = make_candidates(env, n, rows, dw && !t->single, grid_only, cs);
+  const bool grid_only = frozen;
+  const int nc = make_candidates(env, n, rows, dw && !t->small_partials, grid_only, cs);
   memset(chosen, 0, 7 * sizeof chosen[0]);
   if (grid_only) /* the default too: it is the frozen pass without a line of its own */
     for (int i = 0; i < nc; i++) copy_shape(cs[i].v, shape);
@@ -498,7 +494,9 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   const bool store = won != 0 && won_ratio * 0.99 > 1.0;
   char d[128], dc[128], comment[160];
   describe(cs[best].v, d, sizeof d);
-  describe(cs[store ? won : 0].v, dc, sizeof dc);
+  /* nothing confirmed: "default" (a frozen scan's default carries the backward's shape) */
+  if (store) describe(cs[won].v, dc, sizeof dc);
+  else snprintf(dc, sizeof dc, "default");
   snprintf(comment, sizeof comment, "%.4f ms vs default %.4f ms, confirmed %.3fx (%s)",
            cs[won].ms, def, won_ratio, ng_dtype_name(dt));
   const char *stored = kept_out  ? "no (slower inherited passes)"
@@ -631,9 +629,9 @@ int cli_cmd_tune(int argc, char **argv) {
   if (!strcmp(pass, "all")) {
     passes[np++] = "forward";
     passes[np++] = "backward";
-    if (!t->single) passes[np++] = "frozen";
+    passes[np++] = "frozen";
   } else if (!strcmp(pass, "forward") || !strcmp(pass, "backward") || !strcmp(pass, "frozen"))
-    passes[np++] = t->single && !strcmp(pass, "frozen") ? "backward" : pass;
+    passes[np++] = pass;
   else return cli_error(CLI_USAGE, "tune: --pass '%s' is not forward, backward, frozen or all", pass);
   size_t ns[MAX_NS];
   int nn = 0;
@@ -665,7 +663,7 @@ int cli_cmd_tune(int argc, char **argv) {
      * one the tables give it (a line of an earlier run, the built-in table), else the rules' */
     unsigned shape[7] = {0}, chosen[7];
     bool have_shape = false;
-    if (!t->single) {
+    {
       char bwd[64];
       int found = 0;
       snprintf(bwd, sizeof bwd, "%s.bwd", t->op);
@@ -677,7 +675,7 @@ int cli_cmd_tune(int argc, char **argv) {
     for (int k = 0; k < np && !rc; k++) {
       rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, have_shape ? shape : NULL,
                     chosen, dry, json);
-      if (!rc && !t->single && !strcmp(passes[k], "backward") && has_shape(chosen)) {
+      if (!rc && !strcmp(passes[k], "backward") && has_shape(chosen)) {
         copy_shape(shape, chosen);
         have_shape = true;
       }
