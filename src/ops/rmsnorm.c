@@ -628,16 +628,18 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
           /* the kind as the calls name it, so a tuned or built-in launch is built too */
           const char *k = pass == 0 ? (fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd")
                                     : rms_kind(fused, pass == 2);
-          const ng_row_launch ls[3] = {
-              ng_choose_row_launch_k(ctx, k, fl[xi], (size_t)1 << 20, n, aligned != 0, mode),
-              ng_choose_row_launch_k(ctx, k, fl[xi], 1, n, aligned != 0, mode),
-              ng_choose_row_launch_k(ctx, k, fl[xi], (size_t)1 << 20, n, aligned != 0,
-                                     rms_bwd_mode(pass == 2, true, fl[xi]))};
+          const int nv = pass > 0 && fused ? 3 : 2; /* the launches this pass asks for */
+          ng_row_launch ls[3];
+          ls[0] = ng_choose_row_launch_k(ctx, k, fl[xi], (size_t)1 << 20, n, aligned != 0, mode);
+          ls[1] = ng_choose_row_launch_k(ctx, k, fl[xi], 1, n, aligned != 0, mode);
+          if (nv == 3)
+            ls[2] = ng_choose_row_launch_k(ctx, k, fl[xi], (size_t)1 << 20, n, aligned != 0,
+                                           rms_bwd_mode(pass == 2, true, fl[xi]));
           size_t nb, rg;
           for (int wi = pass == 2 ? 0 : -1; wi < (int)NG_ARRAY_LEN(fl); wi++) {
             const bool has_w = wi >= 0; /* dW needs a weight */
             const ng_dtype wd = has_w ? fl[wi] : NG_F32;
-            for (int v = 0; v < (pass > 0 && fused ? 3 : 2); v++) {
+            for (int v = 0; v < nv; v++) {
               const int ds = v == 2; /* ds_out given or not */
               const ng_row_launch l = ls[v];
               ng_coop cp; /* rows split across groups: instead of l */
