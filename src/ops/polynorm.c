@@ -313,13 +313,22 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
       if (lx.groups > groups) groups = lx.groups;
     }
   *bytes = groups * 4 * ((dw ? 3 : 0) + (db ? 1 : 0));
-  const ng_row_launch l = launch(ctx, p, true, true, false, false, NG_F32);
-  ng_coop c; /* rows may be split across groups instead: bf16's plan has the most sets (f16 rows
-              * take it, f32 rows more slices of the same launch) */
-  size_t b = 0;
-  if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, true, &c))
-    s = coop_scratch(&c, dw, db, &b);
-  if (b > *bytes) *bytes = b;
+  /* rows may be split across groups instead: the plans of the launches a call with these
+   * gradients takes (their kind's grid; the both-frozen pass, whose kind may ask another, needs
+   * none), bf16's plan of each, which has the most sets (f16 rows take it, f32 rows more slices
+   * of the same launch) */
+  for (int aligned = 0; aligned < 2 && s == NG_SUCCESS && (dw || db); aligned++)
+    for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
+      const ng_row_launch l = launch(ctx, p, aligned != 0, true, dw, db, xds[i]);
+      ng_coop c;
+      size_t b = 0;
+      if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, true, &c))
+        s = coop_scratch(&c, dw, db, &b);
+      if (b > *bytes) *bytes = b;
+      if (s == NG_SUCCESS && coop_plan(ctx, &l, xds[i], p->rows, p->n, true, dw, &c))
+        s = coop_scratch(&c, dw, db, &b);
+      if (b > *bytes) *bytes = b;
+    }
   return s;
 }
 
