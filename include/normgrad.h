@@ -211,10 +211,11 @@ NG_API ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned val
  *  replacing an older entry for the same device (platform, device, driver), kernel kind and
  *  row-length bucket (floor(log2 n)). Contexts created afterwards on this device use them where
  *  no override is set. `kind`: "rmsnorm.fwd", "rmsnorm.bwd", "rmsnorm.bwd_frozen", the same with
- *  "fused-add-rmsnorm." and "layernorm.", "polynorm.fwd", "polynorm.bwd" or "polynorm.bwd_frozen"
- *  (its backward with both parameters frozen; "polynorm": both passes, as before 2026-11-29). `values[NG_TUNE_*]` (7 entries, index 0
- *  unused; 0 = not tuned). `comment` (optional) is kept on the line. The file is replaced
- *  atomically (temporary file + rename). `normgrad-cli tune` is the usual caller.
+ *  "fused-add-rmsnorm." and "layernorm.", "polynorm.fwd", "polynorm.bwd" or
+ *  "polynorm.bwd_frozen" (its backward with both parameters frozen; "polynorm": every pass, as
+ *  before 2026-11-29). `values[NG_TUNE_*]` (7 entries, index 0 unused; 0 = not tuned).
+ *  `comment` (optional) is kept on the line. The file is replaced atomically (temporary file +
+ *  rename). `normgrad-cli tune` is the usual caller.
  *  Errors: NG_ERR_NULL_HANDLE (ctx or values NULL), NG_ERR_INVALID_VALUE (unknown kind, n = 0,
  *  values the device cannot take, no cache folder), NG_ERR_IO (the folder or file cannot be
  *  written), NG_ERR_HOST_OUT_OF_MEMORY. Thread-safe; does not change this context's launches. */
