@@ -389,8 +389,9 @@ static bool builtin_lookup(const ng_context *ctx, const char *kind, ng_dtype xd,
 bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
                      unsigned v[NG_TUNE_SLOTS]) {
   if (!kind || ctx->tune[NG_TUNE_TABLE] == 1) return false;
-  /* "polynorm.fwd" and "polynorm.bwd" also take the lines of "polynorm", the one kind of both
-   * passes before 2026-11-29: tuning.txt's lines of either before the built-in table's */
+  /* "polynorm.fwd", "polynorm.bwd" and "polynorm.bwd_frozen" also take the lines of
+   * "polynorm", the one kind of every pass before 2026-11-29: tuning.txt's lines of either before
+   * the built-in table's */
   const char *parent = !strncmp(kind, "polynorm.", 9) ? "polynorm" : NULL;
   return file_lookup(ctx, kind, xd, n, v) || (parent && file_lookup(ctx, parent, xd, n, v)) ||
          builtin_lookup(ctx, kind, xd, n, v) || (parent && builtin_lookup(ctx, parent, xd, n, v));

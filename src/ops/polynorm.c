@@ -304,31 +304,30 @@ ng_status ng_polynorm_backward_scratch_size(ng_context *ctx, const ng_polynorm_p
   if (s != NG_SUCCESS) return s;
   const bool dw = compute_dweight != 0, db = compute_dbias != 0;
   /* the grid depends on x's dtype and alignment, which the query is not told (16-bit rows of
-   * 257-448 vectors take narrower groups, NG_ROWS_HALF_MID): the largest of the six */
+   * 257-448 vectors take narrower groups, NG_ROWS_HALF_MID): the largest of the six. Rows may
+   * be split across groups instead: each launch's plan too, as bf16's, which has the most sets
+   * (f16 rows take it, f32 rows more slices of the same launch), and as its own dtype's. The
+   * launches are those of the gradients asked (their kind's grid: the both-frozen pass, whose
+   * kind may ask another, needs no scratch). */
   static const ng_dtype xds[] = {NG_F32, NG_F16, NG_BF16};
-  size_t groups = 0;
-  for (int aligned = 0; aligned < 2; aligned++)
-    for (size_t i = 0; i < NG_ARRAY_LEN(xds); i++) {
-      const ng_row_launch lx = launch(ctx, p, aligned != 0, true, dw, db, xds[i]);
-      if (lx.groups > groups) groups = lx.groups;
-    }
-  *bytes = groups * 4 * ((dw ? 3 : 0) + (db ? 1 : 0));
-  /* rows may be split across groups instead: the plans of the launches a call with these
-   * gradients takes (their kind's grid; the both-frozen pass, whose kind may ask another, needs
-   * none), bf16's plan of each, which has the most sets (f16 rows take it, f32 rows more slices
-   * of the same launch) */
-  for (int aligned = 0; aligned < 2 && s == NG_SUCCESS && (dw || db); aligned++)
+  size_t groups = 0, split = 0;
+  for (int aligned = 0; aligned < 2 && s == NG_SUCCESS; aligned++)
     for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
       const ng_row_launch l = launch(ctx, p, aligned != 0, true, dw, db, xds[i]);
+      if (l.groups > groups) groups = l.groups;
+      if (!dw && !db) continue;
       ng_coop c;
       size_t b = 0;
       if (coop_plan(ctx, &l, NG_BF16, p->rows, p->n, true, true, &c))
         s = coop_scratch(&c, dw, db, &b);
-      if (b > *bytes) *bytes = b;
-      if (s == NG_SUCCESS && coop_plan(ctx, &l, xds[i], p->rows, p->n, true, dw, &c))
+      if (b > split) split = b;
+      if (s == NG_SUCCESS && !(xds[i] == NG_BF16 && dw) && /* else the plan just made */
+          coop_plan(ctx, &l, xds[i], p->rows, p->n, true, dw, &c))
         s = coop_scratch(&c, dw, db, &b);
-      if (b > *bytes) *bytes = b;
+      if (b > split) split = b;
     }
+  *bytes = groups * 4 * ((dw ? 3 : 0) + (db ? 1 : 0));
+  if (split > *bytes) *bytes = split;
   return s;
 }
 

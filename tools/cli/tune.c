@@ -661,17 +661,13 @@ int cli_cmd_tune(int argc, char **argv) {
     if (rows == 0) rows = 1;
     /* the frozen backward runs on the backward's shape: the one its scan just chose, else the
      * one the tables give it (a line of an earlier run, the built-in table), else the rules' */
-    unsigned shape[7] = {0}, chosen[7];
-    bool have_shape = false;
-    {
-      char bwd[64];
-      int found = 0;
-      snprintf(bwd, sizeof bwd, "%s.bwd", t->op);
-      unsigned got[7];
-      if (ng_tuning_lookup(env.ctx, bwd, dt, ns[i], got, &found) == NG_SUCCESS && found)
-        copy_shape(shape, got);
-      have_shape = has_shape(shape);
-    }
+    unsigned shape[7] = {0}, chosen[7], got[7];
+    char bwd[64];
+    int found = 0;
+    snprintf(bwd, sizeof bwd, "%s.bwd", t->op);
+    if (ng_tuning_lookup(env.ctx, bwd, dt, ns[i], got, &found) == NG_SUCCESS && found)
+      copy_shape(shape, got);
+    bool have_shape = has_shape(shape);
     for (int k = 0; k < np && !rc; k++) {
       rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, have_shape ? shape : NULL,
                     chosen, dry, json);
