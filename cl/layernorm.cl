@@ -419,17 +419,17 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
   b += b_off;
   mean += mean_off;
   rstd += rstd_off;
-  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
-  const uint cover = (uint)(WG * REG * VEC);   /* values of a slice; the last one the rest */
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, nv, sw, c0, ce);
+  const uint cover = sw * VEC; /* values of a slice; the last one the rest */
   const float cnt = (float)min(cover, n - sl * cover);
 #pragma unroll
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
 #if HAS_W
-    LN_WL(q) = i < nv ? LN_WV(i) : (floatV)(0.0f);
+    LN_WL(q) = i < ce ? LN_WV(i) : (floatV)(0.0f);
 #endif
 #if HAS_B
-    LN_BL(q) = i < nv ? LN_BV(i) : (floatV)(0.0f);
+    LN_BL(q) = i < ce ? LN_BV(i) : (floatV)(0.0f);
 #endif
   }
   /* Under NG_COOP_AHEAD (bf16 and f32 rows, on two groups per compute unit for the second
@@ -443,17 +443,17 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
   do {                                                                                             \
     __global const XT *xr_ = x + (ulong)(r_) * n;                                                  \
     kv = NG_LD1(DTYPE, xr_, 0);                                                                    \
-    NG_SLICE_LOAD1(xv, xr_, c0, nv);                                                               \
-    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+    NG_SLICE_LOAD1(xv, xr_, c0, ce);                                                               \
+    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, ce);                                              \
   } while (0)
 #define LN_FWD_SUMS(xv, kv, it_)                                                                   \
   do {                                                                                             \
     floatV acc = (floatV)(0.0f);                                                                   \
-    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv) acc +=             \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < ce) acc +=             \
         NG_WIDENV(DTYPE, (xv)[q]) - (kv);                                                          \
     const float su = ng_wg_sum(ng_hsum(acc), red), ms = su / cnt;                                  \
     acc = (floatV)(0.0f);                                                                          \
-    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv) {                  \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < ce) {                  \
       const floatV d = (NG_WIDENV(DTYPE, (xv)[q]) - (kv)) - ms;                                    \
       acc = fma(d, d, acc);                                                                        \
     }                                                                                              \
@@ -484,7 +484,7 @@ ng_layernorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, u
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;
-      if (i < nv) STX(yr, i, ln_out_reg(NG_WIDENV(DTYPE, xs[q]), mu, rs, LN_WL(q), LN_BL(q)));
+      if (i < ce) STX(yr, i, ln_out_reg(NG_WIDENV(DTYPE, xs[q]), mu, rs, LN_WL(q), LN_BL(q)));
     }
     if (NG_COOP_AHEAD && more) {
       if (NG_COOP_LATE) LN_FWD_SUMS(xn, kn, it + 1);
@@ -1004,7 +1004,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
   mean += mean_off;
   rstd += rstd_off;
   dx += dx_off;
-  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, c0);
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, nv, sw, c0, ce);
 #if COMPUTE_DW
   floatV dwr[REG];
 #pragma unroll
@@ -1027,7 +1027,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #pragma unroll
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
-    wl[q * WG + lid] = i < nv ? LDW(w, i) : (floatV)(0.0f);
+    wl[q * WG + lid] = i < ce ? LDW(w, i) : (floatV)(0.0f);
   }
 #define LN_G(d, q, i) ((d) * wl[(q) * WG + lid])
 #else
@@ -1042,12 +1042,12 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
 #define LN_COOP_NEXT(dyv, xv, muv, rsv, r_, it_)                                                   \
   do {                                                                                             \
     muv = mean[r_], rsv = rstd[r_];                                                                \
-    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, c0, nv);                    \
-    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, c0, nv);                                          \
+    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, c0, ce);                    \
+    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, c0, ce);                                          \
     accT a1 = 0.0f, a2 = 0.0f;                                                                     \
     _Pragma("unroll") for (int q = 0; q < REG; q++) {                                              \
       const uint i = c0 + (uint)q * WG;                                                            \
-      if (i < nv) {                                                                                \
+      if (i < ce) {                                                                                \
         const floatV g = LN_G(NG_WIDENV(DTYPE, (dyv)[q]), q, i);                                   \
         a1 = ACC_FMA((NG_WIDENV(DTYPE, (xv)[q]) - (muv)) * (rsv), g, a1);                          \
         a2 = ACC_ADD(a2, g);                                                                       \
@@ -1067,7 +1067,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;
-      if (i < nv) {
+      if (i < ce) {
         const floatV d = NG_WIDENV(DTYPE, dys[q]), xh = (NG_WIDENV(DTYPE, xs[q]) - mu) * rs;
         STX(dxr, i, DX_OF(LN_G(d, q, i), xh)); /* DX's expression */
 #if COMPUTE_DW
@@ -1090,7 +1090,7 @@ ng_layernorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x,
   NG_UNROLL_STORES
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
-    if (i < nv) {
+    if (i < ce) {
 #if COMPUTE_DW
       NG_STV(NG_F32, prow, i, dwr[q]);
 #endif

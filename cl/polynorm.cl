@@ -235,20 +235,20 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
   const uint lid = get_local_id(0);
   const uint nv = n / VEC;
   PN_FWD_SETUP();
-  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, nv, sw, c0, ce);
   /* Under NG_COOP_AHEAD (bf16 and f32 rows) each group publishes its shares of the set's next
    * row before it collects this row's, as ng_rmsnorm_fwd_coop: xs holds this row's slice, xn
    * the next row's; under NG_COOP_LATE (bf16) after this row's collect, as there. */
   NG_RAWV(DTYPE) xs[REG], xn[REG];
 #define PN_COOP_LOAD(xv, r_)                                                                       \
   do {                                                                                             \
-    NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, nv);                                               \
-    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+    NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, ce);                                               \
+    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, ce);                                              \
   } while (0)
 #define PN_COOP_SUMS(xv, it_)                                                                      \
   do {                                                                                             \
     floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);                          \
-    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < nv)                    \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (c0 + (uint)q * WG < ce)                    \
         PN_SUMS1(NG_WIDENV(DTYPE, (xv)[q]));                                                       \
     const float4 mine =                                                                            \
         ng_wg_sum4((float4)(ng_hsum(a1), ng_hsum(a2), ng_hsum(a3), 0.0f), red4);                   \
@@ -283,7 +283,7 @@ ng_polynorm_fwd_coop(__global const XT *x, ulong x_off, __global const uchar *w,
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;
       const floatV v = NG_WIDENV(DTYPE, xs[q]);
-      if (i < nv) STX(yr, i, PN_Y(v));
+      if (i < ce) STX(yr, i, PN_Y(v));
     }
     if (NG_COOP_AHEAD && more) {
 #pragma unroll
@@ -673,7 +673,7 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
   __local float4 total[2]; /* in turn, as ng_rmsnorm_fwd_coop */
   PN_BWD_SETUP();
   /* v0: the work-item's first vector of the row (c0 is a coefficient of PN_BWD_COEFFS) */
-  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, v0);
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, nv, sw, v0, ce);
 #if COMPUTE_DW
   float dw3 = 0.0f, dw2 = 0.0f, dw1 = 0.0f;
 #endif
@@ -694,12 +694,12 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
   float pr3 = 0.0f, pr2 = 0.0f, pr1 = 0.0f, pn3 = 0.0f, pn2 = 0.0f, pn1 = 0.0f;
 #define PN_BWD_NEXT(dyv, xv, p3, p2, p1, r_, it_)                                                  \
   do {                                                                                             \
-    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, v0, nv);                    \
-    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, v0, nv);                                          \
+    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, v0, ce);                    \
+    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, v0, ce);                                          \
     p3 = rstd[(ulong)(r_) * 3], p2 = rstd[(ulong)(r_) * 3 + 1], p1 = rstd[(ulong)(r_) * 3 + 2];    \
     floatV a1 = (floatV)(0.0f), a2 = (floatV)(0.0f), a3 = (floatV)(0.0f);                          \
     floatV ad = (floatV)(0.0f);                                                                    \
-    _Pragma("unroll") for (int q = 0; q < REG; q++) if (v0 + (uint)q * WG < nv)                    \
+    _Pragma("unroll") for (int q = 0; q < REG; q++) if (v0 + (uint)q * WG < ce)                    \
         PN_BSUMS1(NG_WIDENV(DTYPE, (dyv)[q]), NG_WIDENV(DTYPE, (xv)[q]));                          \
     (void)ad;                                                                                      \
     const float4 mine = ng_wg_sum4(                                                                \
@@ -721,7 +721,7 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = v0 + (uint)q * WG;
-      if (i < nv) STX(dxr, i, PN_DX(NG_WIDENV(DTYPE, dys[q]), NG_WIDENV(DTYPE, xs[q])));
+      if (i < ce) STX(dxr, i, PN_DX(NG_WIDENV(DTYPE, dys[q]), NG_WIDENV(DTYPE, xs[q])));
     }
     if (NG_COOP_AHEAD && r + sets < rows) {
 #pragma unroll

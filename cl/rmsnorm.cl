@@ -329,7 +329,7 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
   y += y_off;
   w += w_off;
   rstd += rstd_off;
-  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, c0);
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, sl, nv, sw, c0, ce);
   /* w' of the slice, read once for all the rows of the set. Read per row instead, the kernel
    * took 40 registers instead of 103 but 64.5 us instead of 57.4 at 32768 (H100, bf16), and
    * grids of 3-6 groups per compute unit did not win it back. */
@@ -337,7 +337,7 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
 #pragma unroll
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
-    wc[q] = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+    wc[q] = i < ce ? WPRIME(w, i, offset) : (floatV)(0.0f);
   }
   /* Under NG_COOP_AHEAD (bf16 and f32 rows, src/ops/rmsnorm.c) each group publishes its share of
    * the set's next row before it collects this row's, so the wait for the set's slowest group
@@ -348,9 +348,9 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
   RAWX xs[REG], xn[REG];
 #define RMS_COOP_LOAD(xv, r_)                                                                      \
   do {                                                                                             \
-    NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, nv);                                               \
+    NG_SLICE_LOAD1(xv, x + (ulong)(r_) * n, c0, ce);                                               \
     /* the set's row after it, asked of L2 meanwhile (without it: 57.5 -> 73.3 us at 32768) */     \
-    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, nv);                                              \
+    NG_SLICE_PREFETCH1(x, r_, sets, rows, n, c0, ce);                                              \
   } while (0)
 #define RMS_COOP_SUMS(xv, it_)                                                                     \
   do {                                                                                             \
@@ -385,7 +385,7 @@ ng_rmsnorm_fwd_coop(__global const XT *x, ulong x_off, __global const WT *w, ulo
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;
-      if (i < nv) STX(yr, i, rms_out(WIDX(xs[q]), rs, wc[q], mode));
+      if (i < ce) STX(yr, i, rms_out(WIDX(xs[q]), rs, wc[q], mode));
     }
     if (NG_COOP_AHEAD && more) {
 #pragma unroll
@@ -779,7 +779,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #if HAS_DS
   ds += ds_off;
 #endif
-  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, c0);
+  NG_COOP_PLACE(tk, sync, sync_off, S, sets, k, s, nv, sw, c0, ce);
 #if RMS_WLOCAL
   /* w' in local memory (both passes of src/ops/rmsnorm.c's rms_bwd_plan), which frees the
    * registers for a third group per compute unit frozen, a fourth with dW; each work-item's own
@@ -797,7 +797,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
 #pragma unroll
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
-    RMS_WC(q) = i < nv ? WPRIME(w, i, offset) : (floatV)(0.0f);
+    RMS_WC(q) = i < ce ? WPRIME(w, i, offset) : (floatV)(0.0f);
 #if COMPUTE_DW
     RMS_DWR(q) = (floatV)(0.0f);
 #endif
@@ -814,16 +814,16 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   RAWX dss[REG];
 #define RMS_BWD_DS(r_)                                                                             \
   do {                                                                                             \
-    NG_SLICE_LOAD1(dss, ds + (ulong)(r_) * n, c0, nv);                                             \
-    NG_SLICE_PREFETCH1(ds, r_, sets, rows, n, c0, nv);                                             \
+    NG_SLICE_LOAD1(dss, ds + (ulong)(r_) * n, c0, ce);                                             \
+    NG_SLICE_PREFETCH1(ds, r_, sets, rows, n, c0, ce);                                             \
   } while (0)
 #else
 #define RMS_BWD_DS(r_) ((void)0)
 #endif
 #define RMS_BWD_NEXT(dyv, xv, r_, it_)                                                             \
   do {                                                                                             \
-    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, c0, nv);                    \
-    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, c0, nv);                                          \
+    NG_SLICE_LOAD2(dyv, xv, dy + (ulong)(r_) * n, x + (ulong)(r_) * n, c0, ce);                    \
+    NG_SLICE_PREFETCH2(dy, x, r_, sets, rows, n, c0, ce);                                          \
     RMS_BWD_DS(r_);                                                                                \
     floatV acc = (floatV)(0.0f);                                                                   \
     _Pragma("unroll") for (int q = 0; q < REG; q++) acc =                                          \
@@ -843,7 +843,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
     NG_UNROLL_STORES
     for (int q = 0; q < REG; q++) {
       const uint i = c0 + (uint)q * WG;
-      if (i < nv) {
+      if (i < ce) {
         const floatV d = WIDX(dys[q]), xv = WIDX(xs[q]);
 #if HAS_DS
         STX(dxr, i, RMS_DX(d, RMS_WC(q), xv) + WIDX(dss[q])); /* DX_OUT's sum: the same bits */
@@ -862,7 +862,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
      * 78.7-79.0 us, src/ops/rmsnorm.c). The same additions in the same order: the same bits. */
 #pragma unroll
     for (int q = 0; q < REG; q++)
-      if (c0 + (uint)q * WG < nv)
+      if (c0 + (uint)q * WG < ce)
         RMS_DWR(q) = fma(WIDX(dys[q]), RMS_XH(NG_RDV, WIDX(xs[q])), RMS_DWR(q));
 #endif
     if (NG_COOP_AHEAD && r + sets < rows) {
@@ -878,7 +878,7 @@ RMS_COOP(__global const XT *dy, ulong dy_off, __global const XT *x, ulong x_off,
   NG_UNROLL_STORES
   for (int q = 0; q < REG; q++) {
     const uint i = c0 + (uint)q * WG;
-    if (i < nv) NG_STV(NG_F32, prow, i, RMS_DWR(q));
+    if (i < ce) NG_STV(NG_F32, prow, i, RMS_DWR(q));
   }
 #else
   (void)part;

@@ -771,6 +771,11 @@ bool ng_coop_plan_shape(const ng_context *ctx, const ng_row_launch *l, ng_dtype 
              (x_dtype == NG_F16 && (xflags & NG_COOP_AHEAD_F16));
   /* 16-bit rows alone: f32 ones lost (LayerNorm's forward at 65536 +10 %, docs/tuning.md) */
   c->late = c->ahead && x_dtype != NG_F32 && (xflags & NG_COOP_LATE16);
+  /* whole slices where the even shares are the same slices (they divide the row, or one slice
+   * holds it): the kernel as measured before them. They cost PolyNorm's f32 backward at 32768
+   * 3.8 % in an A/B (H200), and in two sweeps its bf16 one with both frozen at 5120-7168 (one
+   * slice) 0.01-0.02 of the copy. */
+  c->whole = (xflags & NG_COOP_WHOLE) || nv % cover == 0 || slices == 1;
   return true;
 }
 
@@ -779,6 +784,7 @@ void ng_coop_opts(ng_opts *o, const ng_coop *c) {
   if (c->late) ng_opts_add(o, "NG_COOP_LATE", 1);
   if (c->f16_pack) ng_opts_add(o, "NG_F16_PACK", 1);
   if (c->bf16_pack) ng_opts_add(o, "NG_BF16_PACK", 1);
+  if (c->whole) ng_opts_add(o, "NG_COOP_WHOLE", 1);
 }
 
 ng_status ng_coop_sync(ng_context *ctx, cl_command_queue q, const ng_coop *c, cl_mem *sync) {

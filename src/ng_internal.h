@@ -299,6 +299,8 @@ typedef struct ng_coop {
   bool f16_pack;  /* f16 rows widened pair by pair (NG_COOP_F16_PACK) */
   bool bf16_pack; /* bf16 rows widened pair by pair (NG_COOP_BF16_PACK) */
   unsigned red_f; /* its reducers' rows in flight where the op sets them, else 0: NG_COOP_RED_F */
+  bool whole; /* slices of the group's whole WG·REG vectors, the rest in the last (NG_COOP_WHOLE;
+               * also where even shares are the same slices: they divide the row, or one holds it) */
 } ng_coop;
 /* The rows besides bf16 that an op's split kernel takes (ng_coop_plan's xflags), where each was
  * measured faster split (docs/tuning.md): */
@@ -320,8 +322,12 @@ typedef struct ng_coop {
  * row's shares after this row's collect, or after its stores where the kernel says so
  * (LayerNorm's) (ng_coop.late; NG_COOP_LATE in cl/ng_common.clh) */
 #define NG_COOP_LATE16 256u
+/* and the plans whose slices keep the group's whole WG·REG vectors, the rest in the last, rather
+ * than an even share each (ng_coop.whole; NG_COOP_WHOLE in cl/ng_common.clh), where the even
+ * shares measured slower */
+#define NG_COOP_WHOLE 512u
 /* The split kernel's build options of plan c (NG_COOP_AHEAD, NG_COOP_LATE, NG_F16_PACK,
- * NG_BF16_PACK) */
+ * NG_BF16_PACK, NG_COOP_WHOLE) */
 void ng_coop_opts(ng_opts *o, const ng_coop *c);
 /* Whether a backward of x_dtype rows whose row launch is `l` takes the split-row kernel, and its
  * plan: bf16 vector rows (and those xflags adds) longer than l holds (or than `hold` vectors,
@@ -866,6 +872,9 @@ bool ng_layernorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtyp
                            bool db, ng_row_launch *l, ng_coop *c);
 bool ng_polynorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool dw,
                           bool db, ng_row_launch *l, ng_coop *c);
+/* The same for RMSNorm's backward (fused: the fused add's, has_ds: with ds_out) with dW or not. */
+bool ng_rmsnorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool fused,
+                         bool has_ds, bool dw, ng_row_launch *l, ng_coop *c);
 
 /* Parameter-gradient reductions (reduce.c, cl/reduce.cl): each section sums `groups` rows of
  * `n` f32 partials (at part_off floats into `part`) into `out` (its own dtype), adding to what

@@ -477,6 +477,61 @@ static void test_rms_fwd_split(void **state) {
 
 /* An H100-shaped context named as the H200 the built-in table names (the H200's launches are
  * the H100's: the same compute units, registers and local memory). */
+/* Split rows take even slices (cl/ng_common.clh, ng_coop_width) in every plan but RMSNorm's
+ * bf16 backward, whose pass with dW lost a group a compute unit with them; that plan keeps whole
+ * slices in both passes (NG_COOP_WHOLE), so that dx has the same bits frozen or not, and it
+ * reaches the kernel as a build option. Rows that the whole slices divide, or that one slice
+ * holds, keep them too. */
+static void test_coop_slices(void **state) {
+  (void)state;
+  ng_context *c = h100();
+  const size_t n = 18432, rows = ((size_t)1 << 25) / n; /* 2304 bf16 vectors: uneven slices */
+  ng_row_launch l;
+  ng_coop cp;
+  for (int dw = 0; dw < 2; dw++) {
+    memset(&cp, 0, sizeof cp);
+    assert_true(ng_rmsnorm_bwd_plan(c, rows, n, NG_BF16, false, false, dw, &l, &cp));
+    if (!cp.whole || cp.slices != 5)
+      fail_msg("RMSNorm bf16 dw %d: whole %d slices %u", dw, cp.whole, cp.slices);
+    ng_opts o;
+    ng_opts_init(&o);
+    ng_coop_opts(&o, &cp);
+    assert_non_null(strstr(o.text, "-DNG_COOP_WHOLE=1"));
+    /* the fused add with ds_out runs its own kernel on the even slices */
+    memset(&cp, 0, sizeof cp);
+    assert_true(ng_rmsnorm_bwd_plan(c, rows, n, NG_BF16, true, true, dw, &l, &cp));
+    assert_false(cp.whole);
+    ng_opts_init(&o);
+    ng_coop_opts(&o, &cp);
+    assert_null(strstr(o.text, "NG_COOP_WHOLE"));
+    memset(&cp, 0, sizeof cp);
+    assert_true(ng_layernorm_bwd_plan(c, rows, n, NG_BF16, dw, dw, &l, &cp));
+    assert_false(cp.whole);
+    memset(&cp, 0, sizeof cp);
+    assert_true(ng_polynorm_bwd_plan(c, rows, n, NG_BF16, dw, dw, &l, &cp));
+    assert_false(cp.whole);
+  }
+  memset(&cp, 0, sizeof cp);
+  assert_true(ng_rmsnorm_fwd_plan(c, rows, n, NG_BF16, &cp));
+  assert_false(cp.whole);
+  memset(&cp, 0, sizeof cp);
+  assert_true(ng_polynorm_fwd_plan(c, rows, n, NG_BF16, &cp));
+  assert_false(cp.whole);
+  /* 32768: whole slices, forward and in the fused add's backward (they divide the row) */
+  memset(&cp, 0, sizeof cp);
+  assert_true(ng_rmsnorm_fwd_plan(c, 1024, 32768, NG_BF16, &cp));
+  assert_true(cp.whole && cp.slices == 4);
+  memset(&cp, 0, sizeof cp);
+  assert_true(ng_rmsnorm_bwd_plan(c, 1024, 32768, NG_BF16, true, true, true, &l, &cp));
+  if (!cp.whole) fail_msg("the fused add at 32768: %u slices, not whole", cp.slices);
+  /* PolyNorm's backward at 7168 (896 vectors): one slice of 256 × 4 */
+  memset(&cp, 0, sizeof cp);
+  assert_true(ng_polynorm_bwd_plan(c, ((size_t)1 << 25) / 7168, 7168, NG_BF16, false, false, &l,
+                                   &cp));
+  if (!cp.whole || cp.slices != 1) fail_msg("PolyNorm at 7168: %u slices", cp.slices);
+  ng_context_release(c);
+}
+
 static ng_context *h200(void) {
   ng_context *c = h100();
   snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H200");
@@ -729,6 +784,7 @@ int main(void) {
       cmocka_unit_test(test_other_rules),
       cmocka_unit_test(test_poly_fwd_split),
       cmocka_unit_test(test_rms_fwd_split),
+      cmocka_unit_test(test_coop_slices),
       cmocka_unit_test(test_builtin_entries),
       cmocka_unit_test(test_builtin_launches),
       cmocka_unit_test(test_tuned_split),

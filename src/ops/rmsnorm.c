@@ -298,12 +298,18 @@ static unsigned coop_x(bool fused, bool has_ds) {
  * f32 rows ahead: coop_x); until 2026-11-27 it kept the fused add's plan: H100, rows·N = 2^25,
  * old and new binaries alternating, three rounds: bf16 frozen 32768 81.9-82.2 -> 76.7-77.9 us,
  * 65536 84.2-97.3 -> 77.3-77.8, with dW 88.3-90.2 -> 86.3-86.7 and 65536 even; f32 with dW
- * 65536 116.2-117.6 -> 89.2-89.9, frozen 115.4-121.1 -> 84.5-87.6. */
+ * 65536 116.2-117.6 -> 89.2-89.9, frozen 115.4-121.1 -> 84.5-87.6.
+ * The bf16 plan keeps whole slices (NG_COOP_WHOLE), both passes, so that dx keeps its bits: with
+ * the even shares of the other split kernels (cl/ng_common.clh, ng_coop_width) the pass with dW
+ * lost its fourth group (H200, bf16, rows·N = 2^25, the binaries with and without, two rounds:
+ * 18432 91.5-91.6 -> 126.1-126.3 us, 20480 88.0 -> 122.6-123.1, and 40960, whose slices are
+ * whole either way, 86.8-87.2 -> 123.6-125.3); frozen even (18432 65.5-67.5 -> 65.8-66.4). */
 #define RMS_COOP_DW_RED_F 8
 static bool rms_bwd_plan(const ng_context *ctx, const ng_row_launch *l, bool fused, bool has_ds,
                          bool dw, ng_dtype xd, size_t rows, size_t n, ng_coop *c) {
   if (rms_kernel(fused, has_ds) && xd == NG_BF16 &&
-      ng_coop_plan_shape(ctx, l, xd, rows, n, 0, coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16, 2, 2,
+      ng_coop_plan_shape(ctx, l, xd, rows, n, 0,
+                         coop_x(fused, has_ds) | NG_COOP_AHEAD_BF16 | NG_COOP_WHOLE, 2, 2,
                          dw ? 4 : 3, c)) {
     if (dw) c->red_f = RMS_COOP_DW_RED_F;
     return true;
@@ -353,6 +359,13 @@ static ng_rows_mode rms_bwd_mode(bool compute_dw, bool has_ds, ng_dtype xd) {
 static const char *rms_kind(bool fused, bool compute_dw) {
   if (fused) return compute_dw ? "fused-add-rmsnorm.bwd" : "fused-add-rmsnorm.bwd_frozen";
   return compute_dw ? "rmsnorm.bwd" : "rmsnorm.bwd_frozen";
+}
+
+bool ng_rmsnorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool fused,
+                         bool has_ds, bool dw, ng_row_launch *l, ng_coop *c) {
+  *l = ng_choose_row_launch_k(ctx, rms_kind(fused, dw), xd, rows, n, true,
+                              rms_bwd_mode(dw, has_ds, xd));
+  return rms_bwd_plan(ctx, l, fused, has_ds, dw, xd, rows, n, c);
 }
 
 static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int compute_dweight,
