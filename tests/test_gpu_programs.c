@@ -7,7 +7,8 @@
  * exceeds it. The local arrays grow with the launch (WG·REG·VEC), so the programs checked are
  * those of each op's widest launches of bf16 rows and f32 weights, held and split across groups,
  * and the split ones of f32 and f16 rows, as the ops' own variant lists give them for an
- * emulated 132-unit GPU. Also: the host's copy of a kernel default that selects programs. */
+ * emulated 132-unit GPU. Also: the host's copy of a kernel default that selects programs, and
+ * the split kernels' slices as the header computes them. */
 #include "ng_internal.h"
 #include "ng_test.h"
 
@@ -148,10 +149,83 @@ static void test_prefetch_default(void **state) {
   free(hdr);
 }
 
+/* The split kernels' slices (ng_coop_width, NG_COOP_PLACE in ng_common.clh), computed by the
+ * header's own code built on this device, for every row of up to 16 slices of WG·REG vectors
+ * (NG_COOP_MAX_SLICES): the S slices of a row cover it, the last one is not empty, none is wider
+ * than the group's WG·REG vectors (each work-item reaches its slice's vectors c0 + q·WG, q <
+ * REG), and on a group of whole warps each starts on a 32-vector bound; under NG_COOP_WHOLE
+ * every slice is WG·REG. A CPU never runs the split kernels, so this is their slicing's check
+ * off a GPU. */
+static void check_widths(const char *hdr, unsigned wg, unsigned reg, int whole) {
+  ng_test_env *env = ng_test_env_get();
+  static const char probe[] =
+      "__kernel void coop_width_probe(__global uint *out) {\n"
+      "  const uint nv = get_global_id(0) + 1, S = (nv + WG * REG - 1) / (WG * REG);\n"
+      "  out[get_global_id(0)] = ng_coop_width(nv, S);\n"
+      "}\n";
+  const char *parts[2] = {hdr, probe};
+  cl_int err;
+  cl_program prog = clCreateProgramWithSource(env->cl_ctx, 2, parts, NULL, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  char opts[160];
+  /* WG and REG as a split launch's build sets them; DTYPE bf16 as any program's */
+  snprintf(opts, sizeof opts, "-DNG_OPENCL=1 -DDTYPE=2 -DVEC=8 -DWG=%u -DREG=%u -DNG_COOP_WHOLE=%d",
+           wg, reg, whole);
+  err = clBuildProgram(prog, 1, &env->device, opts, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    char log[4096] = "";
+    clGetProgramBuildInfo(prog, env->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    fail_msg("probe build (%s): %d\n%s", opts, err, log);
+  }
+  cl_kernel k = clCreateKernel(prog, "coop_width_probe", &err);
+  assert_int_equal(err, CL_SUCCESS);
+  const size_t count = (size_t)16 * wg * reg;
+  cl_mem out = clCreateBuffer(env->cl_ctx, CL_MEM_WRITE_ONLY, count * sizeof(cl_uint), NULL, &err);
+  assert_int_equal(err, CL_SUCCESS);
+  assert_int_equal(clSetKernelArg(k, 0, sizeof out, &out), CL_SUCCESS);
+  assert_int_equal(clEnqueueNDRangeKernel(env->queue, k, 1, NULL, &count, NULL, 0, NULL, NULL),
+                   CL_SUCCESS);
+  cl_uint *w = malloc(count * sizeof *w);
+  assert_non_null(w);
+  assert_int_equal(clEnqueueReadBuffer(env->queue, out, CL_TRUE, 0, count * sizeof *w, w, 0, NULL,
+                                       NULL),
+                   CL_SUCCESS);
+  const size_t cover = (size_t)wg * reg;
+  for (size_t i = 0; i < count; i++) {
+    const size_t nv = i + 1, S = (nv + cover - 1) / cover, sw = w[i];
+    const bool ok = whole ? sw == cover
+                          : sw <= cover && S * sw >= nv && (S - 1) * sw < nv &&
+                                (wg % 32 != 0 || sw % 32 == 0);
+    if (!ok)
+      fail_msg("WG %u REG %u whole %d: nv %zu in %zu slices of %zu", wg, reg, whole, nv, S, sw);
+  }
+  free(w);
+  clReleaseMemObject(out);
+  clReleaseKernel(k);
+  clReleaseProgram(prog);
+}
+
+static void test_coop_width(void **state) {
+  (void)state;
+  ng_source src;
+  NG_OK(ng_source_get("rmsnorm", &src));
+  char *hdr = malloc(src.lens[0] + 1);
+  assert_non_null(hdr);
+  memcpy(hdr, src.parts[0], src.lens[0]);
+  hdr[src.lens[0]] = '\0';
+  ng_source_free(&src);
+  check_widths(hdr, 256, 4, 0); /* the split forwards' and most backwards' slices */
+  check_widths(hdr, 256, 2, 0); /* RMSNorm's and LayerNorm's bf16 backward */
+  check_widths(hdr, 48, 3, 0);  /* a group of no whole warps (an override's size) */
+  check_widths(hdr, 256, 2, 1); /* NG_COOP_WHOLE */
+  free(hdr);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_memory_fits),
       cmocka_unit_test(test_prefetch_default),
+      cmocka_unit_test(test_coop_width),
   };
   int r = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_test_env_release();
