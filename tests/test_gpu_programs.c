@@ -129,11 +129,8 @@ static void test_local_memory_fits(void **state) {
   ng_context_release(c);
 }
 
-/* The host keeps the kernels' own CPU prefetch distance (NG_PF_FAR in ng_common.clh) as
- * NG_CPU_PF_DEFAULT, so that a launch asking for that distance adds no build option and shares
- * the default's program: the two must stay equal. */
-static void test_prefetch_default(void **state) {
-  (void)state;
+/* The shared header's text (ng_common.clh as the library builds it), malloc'ed. */
+static char *common_header(void) {
   ng_source src;
   NG_OK(ng_source_get("rmsnorm", &src));
   char *hdr = malloc(src.lens[0] + 1);
@@ -141,6 +138,15 @@ static void test_prefetch_default(void **state) {
   memcpy(hdr, src.parts[0], src.lens[0]);
   hdr[src.lens[0]] = '\0';
   ng_source_free(&src);
+  return hdr;
+}
+
+/* The host keeps the kernels' own CPU prefetch distance (NG_PF_FAR in ng_common.clh) as
+ * NG_CPU_PF_DEFAULT, so that a launch asking for that distance adds no build option and shares
+ * the default's program: the two must stay equal. */
+static void test_prefetch_default(void **state) {
+  (void)state;
+  char *hdr = common_header();
   const char *key = "#define NG_PF_FAR ";
   const char *p = strstr(hdr, key);
   assert_non_null(p);
@@ -207,13 +213,7 @@ static void check_widths(const char *hdr, unsigned wg, unsigned reg, int whole) 
 
 static void test_coop_width(void **state) {
   (void)state;
-  ng_source src;
-  NG_OK(ng_source_get("rmsnorm", &src));
-  char *hdr = malloc(src.lens[0] + 1);
-  assert_non_null(hdr);
-  memcpy(hdr, src.parts[0], src.lens[0]);
-  hdr[src.lens[0]] = '\0';
-  ng_source_free(&src);
+  char *hdr = common_header();
   check_widths(hdr, 256, 4, 0); /* the split forwards' and most backwards' slices */
   check_widths(hdr, 256, 2, 0); /* RMSNorm's and LayerNorm's bf16 backward */
   check_widths(hdr, 48, 3, 0);  /* a group of no whole warps (an override's size) */
