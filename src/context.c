@@ -369,11 +369,10 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng
      * (the frozen kinds: RMSNorm's, the fused add's and LayerNorm's backward without partials,
      * PolyNorm's with both parameters frozen) */
     char dw_kind[64];
-    const size_t len = klen;
     unsigned shape[NG_TUNE_SLOTS] = {0};
-    if (len - suffix < sizeof dw_kind) {
-      memcpy(dw_kind, kind, len - suffix);
-      dw_kind[len - suffix] = '\0';
+    if (klen - suffix < sizeof dw_kind) {
+      memcpy(dw_kind, kind, klen - suffix);
+      dw_kind[klen - suffix] = '\0';
       ng_tuned_lookup(ctx, dw_kind, xd, n, shape);
     }
     tune[NG_TUNE_WORKGROUP] = shape[NG_TUNE_WORKGROUP];

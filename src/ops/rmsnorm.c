@@ -361,10 +361,16 @@ static const char *rms_kind(bool fused, bool compute_dw) {
   return compute_dw ? "rmsnorm.bwd" : "rmsnorm.bwd_frozen";
 }
 
+/* The backward's row launch, as the op, its scratch query and the tests' plan take it. */
+static ng_row_launch bwd_launch(const ng_context *ctx, bool fused, bool has_ds, bool dw,
+                                ng_dtype xd, size_t rows, size_t n, bool vec_ok) {
+  return ng_choose_row_launch_k(ctx, rms_kind(fused, dw), xd, rows, n, vec_ok,
+                                rms_bwd_mode(dw, has_ds, xd));
+}
+
 bool ng_rmsnorm_bwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, bool fused,
                          bool has_ds, bool dw, ng_row_launch *l, ng_coop *c) {
-  *l = ng_choose_row_launch_k(ctx, rms_kind(fused, dw), xd, rows, n, true,
-                              rms_bwd_mode(dw, has_ds, xd));
+  *l = bwd_launch(ctx, fused, has_ds, dw, xd, rows, n, true);
   return rms_bwd_plan(ctx, l, fused, has_ds, dw, xd, rows, n, c);
 }
 
@@ -396,8 +402,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
   const ng_dtype xds[] = {NG_BF16, NG_F16, NG_F32};
   for (int ds = fused ? 1 : 0; ds >= 0 && s == NG_SUCCESS; ds--) {
     for (size_t i = 0; i < NG_ARRAY_LEN(xds) && s == NG_SUCCESS; i++) {
-      const ng_row_launch l = ng_choose_row_launch_k(ctx, rms_kind(fused, true), xds[i], p->rows,
-                                                     p->n, true, rms_bwd_mode(true, ds, xds[i]));
+      const ng_row_launch l = bwd_launch(ctx, fused, ds, true, xds[i], p->rows, p->n, true);
       ng_coop c;
       size_t b = 0;
       if (rms_bwd_plan(ctx, &l, fused, ds, true, xds[i], p->rows, p->n, &c))
@@ -472,8 +477,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
                 ng_vec_aligned(ctx, ds_out, p->n, 8);
   if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
   const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, rms_kind(fused, compute_dw), x.dtype, p->rows, p->n, vec_ok,
-                             rms_bwd_mode(compute_dw, has_ds, x.dtype));
+      bwd_launch(ctx, fused, has_ds, compute_dw, x.dtype, p->rows, p->n, vec_ok);
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
    * gets a counter area; else the column split (with dW) or rows streamed twice */
   ng_coop cp;
