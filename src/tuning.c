@@ -340,6 +340,34 @@ static const ng_builtin_tune builtin[] = {
      * -10.7 to -16.2 % at 4352-8192, frozen on the same shape -5.7 to -27.9 % (9216-12288 lost
      * 37-39 % with dW) */
     {H200, "fused-add-rmsnorm.bwd", F32, 4097, 8192, NG_BUILTIN_V(1024, 132, 1, 1)},
+    /* A fifth round (2026-11-29, at the hidden sizes of common models, bf16; scans, then this
+     * table against the binary before it, three alternating rounds): RMSNorm's backward with dW
+     * on 512 x 2 with two groups a compute unit instead of one at 6144-8192 (-4.3 % at 6144,
+     * -13.0 % at 6656, -9.1 % at 7168, -5.6 % at 8192; the frozen pass keeps its launch, but at
+     * 6144, whose shape was 384 x 2: -3.1 %) */
+    {H200, "rmsnorm.bwd", BF16, 6144, 8192, NG_BUILTIN_V(512, 264, 2, 2)},
+    /* ... and its split rows at 17408-18432 on slices of 128 x 2 (nine, whole at 18432) with six
+     * groups a compute unit, frozen too: with dW -8.4 % and -9.4 %, frozen +0.4 % and +0.2 %
+     * (20480: -4.0 % with dW, frozen +3.4 %, so not there) */
+    {H200, "rmsnorm.bwd", BF16, 17408, 18432, NG_BUILTIN_V(128, 792, 0, 0)},
+    {H200, "rmsnorm.bwd_frozen", BF16, 17408, 18432, NG_BUILTIN_V(0, 792, 0, 0)},
+    /* the fused add's forward holding the row on 1024 x 4, two groups a compute unit, instead
+     * of splitting it: -12.4 % at 17408, -11.8 % at 18432, -11.0 % at 20480, -6.7 % at 24576,
+     * -2.4 % at 28672 (32768 even) */
+    {H200, "fused-add-rmsnorm.fwd", BF16, 17408, 28672, NG_BUILTIN_V(1024, 264, 4, 2)},
+    /* LayerNorm's forward on 256 x 4, four groups a compute unit: -6.8 % at 5120, -2.5 % at
+     * 5632 (4608 and 6144 even) */
+    {H200, "layernorm.fwd", BF16, 5120, 5632, NG_BUILTIN_V(256, 528, 4, 2)},
+    /* LayerNorm's both-frozen backward on a grid of two groups a compute unit with the prefetch
+     * instead of a group a row: -10.8 % at 5632, -9.2 % at 6144, -5.7 % at 6656, -2.4 % at 7168
+     * (5120 +9.9 %, 8192 +1.2 %); of split rows on four groups a compute unit at 17408-28672
+     * (-1.7 to -5.0 %), as from 32768 (above) */
+    {H200, "layernorm.bwd_frozen", BF16, 5632, 7168, NG_BUILTIN_V(0, 264, 0, 2)},
+    {H200, "layernorm.bwd_frozen", BF16, 17408, 32767, NG_BUILTIN_V(0, 528, 0, 2)},
+    /* PolyNorm's forward on slices of 128 x 4 with six groups a compute unit: -4.3 % at 17408,
+     * -5.9 % at 18432, -3.4 % at 20480 (the same shape cost LayerNorm's backward 30 % at 17408
+     * and its frozen pass 12 % at 18432, so not there) */
+    {H200, "polynorm.fwd", BF16, 17408, 20480, NG_BUILTIN_V(128, 792, 0, 0)},
 };
 #undef H200
 #undef BF16

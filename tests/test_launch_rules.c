@@ -668,6 +668,46 @@ static void test_builtin_launches(void **state) {
   assert_true(ng_polynorm_bwd_plan(h1, 4096, 8192, NG_BF16, false, false, &l, &c1));
   assert_true(c2.l.prefetch);
   assert_false(c1.l.prefetch);
+  /* the fifth round (bf16, the hidden sizes of models): RMSNorm's split rows at 18432 on nine
+   * whole slices of 128 x 2, six groups a compute unit, with dW and frozen alike (dx's bits);
+   * 20480 and the H100 keep 256 x 2 */
+  for (int dw = 0; dw < 2; dw++) {
+    assert_true(ng_rmsnorm_bwd_plan(h2, 1820, 18432, NG_BF16, false, false, dw, &l, &c2));
+    assert_int_equal(c2.l.wg, 128);
+    assert_int_equal(c2.slices, 9);
+    assert_true(c2.whole);
+    assert_int_equal(c2.l.groups, 792);
+    assert_true(ng_rmsnorm_bwd_plan(h1, 1820, 18432, NG_BF16, false, false, dw, &l, &c1));
+    assert_int_equal(c1.l.wg, 256);
+    assert_true(ng_rmsnorm_bwd_plan(h2, 1638, 20480, NG_BF16, false, false, dw, &l, &c2));
+    assert_int_equal(c2.l.wg, 256);
+    /* at 6144 both passes on 512 x 2 (the rules' 384 x 2), two groups a compute unit with dW */
+    assert_false(ng_rmsnorm_bwd_plan(h2, 5461, 6144, NG_BF16, false, false, dw, &l, &c2));
+    assert_int_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 2);
+    if (dw) assert_int_equal(l.groups, 264);
+    assert_false(ng_rmsnorm_bwd_plan(h1, 5461, 6144, NG_BF16, false, false, dw, &l, &c1));
+    assert_int_equal(l.wg, 384);
+  }
+  /* LayerNorm's both-frozen rows of 6144 on a grid of 264 groups instead of a group a row */
+  assert_false(ng_layernorm_bwd_plan(h2, 5461, 6144, NG_BF16, false, false, &l, &c2));
+  assert_int_equal(l.groups, 264);
+  assert_true(l.prefetch);
+  assert_false(ng_layernorm_bwd_plan(h1, 5461, 6144, NG_BF16, false, false, &l, &c1));
+  assert_int_equal(l.groups, 5461);
+  /* PolyNorm's forward at 18432 on slices of 128 x 4 */
+  assert_true(ng_polynorm_fwd_plan(h2, 1820, 18432, NG_BF16, &c2));
+  assert_true(ng_polynorm_fwd_plan(h1, 1820, 18432, NG_BF16, &c1));
+  assert_int_equal(c2.l.wg, 128);
+  assert_int_equal(c2.l.groups, 792 / c2.slices * c2.slices);
+  assert_int_not_equal(c1.l.wg, 128);
+  /* the fused add's forward holds rows of 18432 on 1024 x 4; LayerNorm's of 5120 on 256 x 4 */
+  const ng_rows_mode fw = NG_ROWS_FWD | NG_ROWS_X16;
+  l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_BF16, 1820, 18432, true, fw);
+  assert_int_equal(l.wg * 8 + l.reg_cols, 1024 * 8 + 4);
+  assert_int_equal(l.groups, 264);
+  l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, 6553, 5120, true, fw);
+  assert_int_equal(l.wg * 8 + l.reg_cols, 256 * 8 + 4);
+  assert_int_equal(l.groups, 528);
   ng_context_release(h2);
   ng_context_release(h1);
 }
