@@ -114,14 +114,23 @@ done
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster
 expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward --total 32768 --json
-python3 - "$T/out" <<'PY' || fail "rmsnorm JSON: stored without a confirmed gain"
-import json, sys
+python3 - "$T/out" "$T/cache/tuning.txt" <<'PY' || fail "rmsnorm JSON: what it says it stored"
+import json, os, sys
 d = json.loads(open(sys.argv[1]).read())
 if d["stored"]:
     assert d["confirmed"] != "default" and d["confirmed_speedup"] * 0.99 > 1.0, d
     assert d["inherited_worst"] * 1.01 >= 1.0 - 1e-9, d  # the frozen pass: 1 % at most
 else:
     assert d["confirmed"] == "default" and d["confirmed_speedup"] == 1.0, d
+    assert d["frozen_grid"] is False, d
+# the frozen pass took the candidate's grid to stay within the slack exactly when a frozen line
+# (its grid and prefetch alone) was stored beside the backward's
+lines = open(sys.argv[2]).read().splitlines() if os.path.exists(sys.argv[2]) else []
+frozen = [l.split("#")[0] for l in lines if " rmsnorm.bwd_frozen 9 dtype=bf16 " in l]
+assert len(frozen) == (1 if d["frozen_grid"] else 0), (d, lines)
+for l in frozen:
+    assert not any(f" {k}=" in l for k in ("wg", "reg", "vec")), l
+    assert " groups=" in l or " prefetch=" in l, l
 PY
 if grep -q '"stored":true' "$T/out"; then
   # the line is the tuned dtype's (bf16, tune's default)

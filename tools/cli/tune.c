@@ -26,6 +26,8 @@ const char cli_tune_usage[] =
     "  - candidates: work-group size, vector slots per work-item, group count and prefetch\n"
     "    (NVIDIA: each group's next row into L2; CPUs: the rows read from memory, 2 KB\n"
     "    ahead, or 512 B-8 KB on the default grid), chosen around the device's properties;\n"
+    "    on GPUs, rows too long for groups of two slots a work-item and too short to stream\n"
+    "    also try groups of 128-512 that split them, on 2-8 groups a compute unit;\n"
     "  - each candidate's outputs must match the built-in default's (relative 2^-6 for 16-bit\n"
     "    outputs, 1e-4 for f32); one that does not is rejected and reported;\n"
     "  - the rest are timed (median of OpenCL profiling times); the three fastest that beat\n"
@@ -37,10 +39,12 @@ const char cli_tune_usage[] =
     "    backwards with one gradient all of it. A candidate is stored only if none\n"
     "    of those passes, timed the same way, takes more than PCT % longer with it (default\n"
     "    1: the LoRA pass must not pay for the trained one; a negative PCT asks them to gain,\n"
-    "    off skips the check); the others are reported as kept out. The frozen backward's\n"
-    "    scan runs on the shape it will have: the one the backward's scan of the same run\n"
-    "    chose, else the tables' (tuning.txt, the built-in table), else the rules'; it stores\n"
-    "    its grid and prefetch alone.\n"
+    "    off skips the check); the others are reported as kept out. A frozen backward that\n"
+    "    stays within it only on the candidate's grid gets a line of its own with that grid\n"
+    "    and prefetch, stored beside the backward's. The frozen backward's scan runs on the\n"
+    "    shape it will have: the one the backward's scan of the same run chose, else the\n"
+    "    tables' (tuning.txt, the built-in table), else the rules'; it stores its grid and\n"
+    "    prefetch alone.\n"
     "Stored values apply to the tuned dtype, for row lengths in [2^k, 2^(k+1)) of the tuned\n"
     "N. Contexts created afterwards use them; NORMGRAD_TUNE and ng_context_override still\n"
     "win. On devices the library has measured (docs/tuning.md) a built-in table applies\n"
@@ -148,6 +152,14 @@ static bool has_shape(const unsigned v[7]) {
   return v[NG_TUNE_WORKGROUP] || v[NG_TUNE_REG_COLS] || v[NG_TUNE_VECTOR];
 }
 
+/* The rest of a launch: its grid and prefetch (what a frozen kind's own line holds). */
+static void copy_grid(unsigned dst[7], const unsigned *src) {
+  dst[NG_TUNE_GROUPS] = src[NG_TUNE_GROUPS];
+  dst[NG_TUNE_PREFETCH] = src[NG_TUNE_PREFETCH];
+}
+
+static bool has_grid(const unsigned v[7]) { return v[NG_TUNE_GROUPS] || v[NG_TUNE_PREFETCH]; }
+
 /* One pass's bench tensors (spec's sizes and frozen flags) with scratch for grids of up to
  * scratch_groups groups, and for a backward its statistics from a forward at the default
  * launch. Returns a CLI exit code; on failure nothing stays allocated. */
@@ -194,14 +206,20 @@ static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[3]
 }
 
 /* Default time / candidate time on an inherited pass, confirmed as the pass itself is: its own
- * tensors, the statistics from a forward at the default launch. Returns a CLI exit code. */
+ * tensors, the statistics from a forward at the default launch. A shape-only pass runs on the
+ * candidate's shape with the rules' grid and prefetch, or with `with_grid` the candidate's.
+ * Returns a CLI exit code. */
 static int confirm_inherited(cli_env *env, const cli_op *op, size_t rows, size_t n, ng_dtype dt,
-                             const inherited_pass *ip, const unsigned cand[7],
+                             const inherited_pass *ip, const unsigned cand[7], bool with_grid,
                              unsigned scratch_groups, double *ratio, char *err, size_t errlen) {
   static const unsigned none[7] = {0};
   unsigned v[7] = {0};
-  if (ip->shape_only) copy_shape(v, cand); /* the frozen kind's grid and prefetch: the rules' */
-  else memcpy(v, cand, sizeof v);
+  if (ip->shape_only) {
+    copy_shape(v, cand);
+    if (with_grid) copy_grid(v, cand);
+  } else {
+    memcpy(v, cand, sizeof v);
+  }
   const cli_bench_spec spec = {rows, n, dt, ip->freeze_weight, ip->freeze_bias};
   cli_bench_case cases[4];
   void *state;
@@ -303,6 +321,36 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   const size_t nvec = n / 8 ? n / 8 : 1;
   size_t top = 32;
   while (top * 2 <= maxwg && top < 1024) top *= 2;
+  /* Rows that no group of two slots a work-item holds and too short for the streamed shapes
+   * below (bf16 and f32 N = 16385-32768 on 1024-wide devices): the shapes that fit hold them in
+   * four slots, which a backward's registers mostly refuse, and the ops split them across
+   * groups instead, in slices of the group's size. So the scan also tries those groups, with
+   * the rules' slots, on grids of 2, 3, 4, 6 and 8 groups a compute unit. H200, bf16, RMSNorm's
+   * backward with dW at 18432 on groups of 128 with six a compute unit: -9.4 %, where no launch
+   * the scan had tried gained (docs/tuning.md, the built-in table's fifth round). */
+  const bool split_band = top >= 512 && nvec > top * 2 && nvec <= top * 4;
+  /* The frozen scan's grids also take every grid a backward's candidate may give the frozen
+   * pass with its line (tune_one: one group a compute unit, and 3 and 6 in the band), so that
+   * the frozen scan after it can find that grid again. */
+  static const unsigned mult_split[] = {2, 3, 4, 6, 8}, mult_grid_extra[] = {1, 3, 6};
+  for (unsigned wg = 128; split_band && !grid_only && wg <= 512; wg *= 2)
+    for (size_t m = 0; m < sizeof mult_split / sizeof mult_split[0]; m++)
+      for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
+        if (nc >= MAX_CANDIDATES) return nc;
+        candidate *c = &cs[nc++];
+        memset(c, 0, sizeof *c);
+        c->v[NG_TUNE_WORKGROUP] = wg;
+        c->v[NG_TUNE_GROUPS] = (unsigned)(cu * mult_split[m]);
+        c->v[NG_TUNE_PREFETCH] = pf;
+      }
+  for (size_t m = 0; grid_only && m < (split_band ? 3u : 1u); m++)
+    for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
+      if (nc >= MAX_CANDIDATES) return nc;
+      candidate *c = &cs[nc++];
+      memset(c, 0, sizeof *c);
+      c->v[NG_TUNE_GROUPS] = (unsigned)(cu * mult_grid_extra[m]);
+      c->v[NG_TUNE_PREFETCH] = pf;
+    }
   for (unsigned reg = 1; reg <= 4; reg *= 2)
     for (size_t wg = 32; wg <= top; wg *= 2) {
       const size_t cover = wg * reg;
@@ -454,6 +502,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   const double floor_ratio = isnan(slack) ? 0 : 1.0 / (1.0 + slack / 100.0);
   int kept_out = 0;
   double inh_worst = 1.0;
+  bool frozen_grid = false; /* the frozen pass takes the stored candidate's grid too */
   bool tried[CONFIRM_TOP] = {false};
   for (int round = 0; round < ntop && s == NG_SUCCESS && !rc && !won; round++) {
     int k = -1;
@@ -465,11 +514,22 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     const bool sets_shape = has_shape(cv);
     double worst = 1.0;
     const char *lost = NULL;
+    bool with_grid = false;
     for (int j = 0; j < nip && !rc; j++) {
       if (ip[j].shape_only && !sets_shape) continue; /* the frozen pass keeps its launch */
       double r = 0;
-      rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, vmax[NG_TUNE_GROUPS], &r, err,
-                             sizeof err);
+      rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, false, vmax[NG_TUNE_GROUPS], &r,
+                             err, sizeof err);
+      /* A shape may need its own grid: on the H200 RMSNorm's frozen backward at 18432 on the
+       * split groups of 128 took 26 % longer on the rules' grid and 0.2 % on the backward's six
+       * groups a compute unit. The frozen pass may then take the candidate's grid and prefetch
+       * in a line of its own, stored with the backward's. */
+      if (!rc && ip[j].shape_only && r < floor_ratio && has_grid(cv) && !grid_only) {
+        double rg = 0;
+        rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, true, vmax[NG_TUNE_GROUPS], &rg,
+                               err, sizeof err);
+        if (!rc && rg > r) r = rg, with_grid = true;
+      }
       if (!rc && (!lost || r < worst)) worst = r, lost = ip[j].what;
     }
     if (rc) break;
@@ -481,7 +541,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
       kept_out++;
       continue;
     }
-    won = top[k], won_ratio = ratios[k], inh_worst = worst;
+    won = top[k], won_ratio = ratios[k], inh_worst = worst, frozen_grid = with_grid;
   }
   apply(env->ctx, none);
   ng_context_override(env->ctx, NG_TUNE_TABLE, 0);
@@ -509,6 +569,13 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
     s = ng_tuning_store_dtype(env->ctx, kind, dt, n, chosen, comment);
+    if (s == NG_SUCCESS && frozen_grid) { /* its line: the grid and prefetch alone */
+      unsigned fz[7] = {0};
+      char fkind[64];
+      copy_grid(fz, chosen);
+      snprintf(fkind, sizeof fkind, "%s.bwd_frozen", t->op);
+      s = ng_tuning_store_dtype(env->ctx, fkind, dt, n, fz, "the grid of the backward's line");
+    }
     if (s != NG_SUCCESS) {
       rc = cli_fail_status(s, "tune: store", err, sizeof err);
       return cli_error(CLI_DEVICE, "tune %s N=%zu %s: %s", op->name, n, pass, err);
@@ -520,16 +587,17 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
            "\"dtype\":\"%s\",\"candidates\":%d,\"rejected\":%d,\"default_ms\":%.6f,"
            "\"best_ms\":%.6f,\"speedup\":%.4f,\"best\":\"%s\",\"confirmed\":\"%s\","
            "\"confirmed_speedup\":%.4f,\"stored\":%s,\"worst_agreement\":%.4f,"
-           "\"kept_out\":%d,\"inherited_worst\":%.4f}\n",
+           "\"kept_out\":%d,\"inherited_worst\":%.4f,\"frozen_grid\":%s}\n",
            op->name, kind, pass, n, rows, ng_dtype_name(dt), nc, rejected, def, win, def / win, d,
            dc, store ? won_ratio : 1.0, store && !dry ? "true" : "false", worst_ok, kept_out,
-           store ? inh_worst : 1.0);
+           store ? inh_worst : 1.0, store && frozen_grid ? "true" : "false");
   else
     printf("%-18s %-9s N=%-6zu %3d candidates (%d rejected)  default %.4f ms  best %.4f ms "
-           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s%s\n",
+           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s%s%s\n",
            op->name, pass, n, nc, rejected, def, win, def / win, d, dc,
            store ? won_ratio : 1.0, stored,
-           kept_out ? "  (kept out: faster here, slower in a pass that shares the launch)" : "");
+           kept_out ? "  (kept out: faster here, slower in a pass that shares the launch)" : "",
+           store && frozen_grid ? "  (the frozen backward on its grid too)" : "");
   fflush(stdout);
   return CLI_OK;
 }
