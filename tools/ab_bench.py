@@ -5,6 +5,7 @@ alike), then each case's range over the rounds per variant.
 
   tools/ab_bench.py --variant NAME=CLI [--variant NAME=CLI ...] [--env NAME:VAR=VALUE ...]
                     [--case "OP ARGS"]... [--cases-file FILE] [--rounds R] [--out FILE]
+                    [--check]
 
   --variant NAME=CLI   a variant: a name and the normgrad-cli binary it runs (repeat; the first
                        is the baseline the others are set against)
@@ -15,6 +16,11 @@ alike), then each case's range over the rounds per variant.
   --cases-file FILE    cases one per line (blank lines and lines starting with # skipped)
   --rounds R           rounds (default 2)
   --out FILE           every bench result as a JSON line with "variant" and "round" added
+  --check              also compare outputs: in round 1 the baseline saves each case's outputs
+                       (`bench --save-outputs`, into a temporary folder) and every other variant
+                       checks its own against them (`--check-outputs`), reported per variant as
+                       the worst difference over the allowed one (`tune`'s bound, <= 1 agrees);
+                       a variant that differs makes the exit status 1
 
 For each case it prints each variant's median time over its rounds as min-max, the ratio to the
 copy of the same run, each kernel's time (where a pass has several), and its median time against
@@ -29,6 +35,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 
 
 def parse_args(argv):
@@ -39,6 +46,7 @@ def parse_args(argv):
     p.add_argument("--cases-file")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out")
+    p.add_argument("--check", action="store_true")
     a = p.parse_args(argv)
     variants, names = [], set()
     for v in a.variant:
@@ -71,9 +79,9 @@ def parse_args(argv):
     return a, variants, cases
 
 
-def run_bench(variant, case):
+def run_bench(variant, case, extra=()):
     """One `bench --json` call; returns (result dict, None) or (None, error text)."""
-    cmd = [variant["cli"], "bench"] + shlex.split(case) + ["--json"]
+    cmd = [variant["cli"], "bench"] + shlex.split(case) + ["--json"] + list(extra)
     env = dict(os.environ, **variant["env"])
     try:
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -98,10 +106,18 @@ def main(argv):
     out = open(a.out, "w") if a.out else None
     results = {}  # (case, variant) -> [result, ...]
     failed = False
+    tmp = tempfile.TemporaryDirectory(prefix="ab_bench-") if a.check else None
+    checks = {}  # (case, variant) -> worst difference / allowed (None: a NaN where ref had none)
     for rnd in range(1, a.rounds + 1):
-        for case in cases:
-            for v in variants:
-                res, err = run_bench(v, case)
+        for ci, case in enumerate(cases):
+            ref = os.path.join(tmp.name, f"case{ci}.safetensors") if tmp else None
+            for vi, v in enumerate(variants):
+                extra = ()
+                if ref and rnd == 1:
+                    extra = ("--save-outputs" if vi == 0 else "--check-outputs", ref)
+                    if vi > 0 and not os.path.exists(ref):
+                        extra = ()  # the baseline failed: nothing to check against
+                res, err = run_bench(v, case, extra)
                 if err:
                     failed = True
                     print(f"error: round {rnd}, {v['name']}, {case}: {err}", file=sys.stderr)
@@ -110,12 +126,18 @@ def main(argv):
                                               "error": err}) + "\n")
                     continue
                 res = dict(res, variant=v["name"], round=rnd, case=case)
+                if extra and extra[0] == "--check-outputs":
+                    checks[(case, v["name"])] = res.get("outputs_check")
+                    if res.get("outputs_check") is None or res["outputs_check"] > 1:
+                        failed = True
                 results.setdefault((case, v["name"]), []).append(res)
                 if out:
                     out.write(json.dumps(res) + "\n")
                     out.flush()
     if out:
         out.close()
+    if tmp:
+        tmp.cleanup()
     base = variants[0]["name"]
     for case in cases:
         print(f"== {case}")
@@ -138,6 +160,12 @@ def main(argv):
             if base_med and v["name"] != base:
                 rel = statistics.median(r["median_ms"] for r in rs) / base_med - 1
                 line += "  time %+.1f%%" % (100 * rel)
+            if (case, v["name"]) in checks:
+                w = checks[(case, v["name"])]
+                line += ("  outputs DIFFER (NaN)" if w is None else
+                         "  outputs %s (%.2g)" % ("agree" if w <= 1 else "DIFFER", w))
+            elif a.check and v["name"] != base:
+                line += "  outputs not checked"
             print(line)
         copies = [r["copy_gbps"] for v in variants for r in results.get((case, v["name"]), [])]
         if copies:

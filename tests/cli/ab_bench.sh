@@ -2,7 +2,8 @@
 # tools/ab_bench.py: usage errors exit 2; two variants (one binary, one of them with an
 # environment setting) alternate over two rounds and each case reports both, with the JSON
 # lines tagged by variant and round; a failing call is reported, the rest still run, and the
-# exit status is 1. It checks the script, never a speed.
+# exit status is 1; with --check, outputs that differ from the baseline's fail it too (and
+# bench's --save-outputs / --check-outputs beneath it). It checks the script, never a speed.
 # Usage: ab_bench.sh PATH/TO/normgrad-cli
 set -u
 CLI=${1:?usage: ab_bench.sh normgrad-cli}
@@ -43,6 +44,54 @@ has "unknown op" err
 has "(no result)" out
 has "== $case2" out
 grep -q '^  base .* us' "$T/out" || fail "the good case still runs: $(cat "$T/out")"
+
+# bench --save-outputs / --check-outputs: the same case agrees with itself and under another
+# grid; a file of another case, both options, a missing file or an empty name exit 2 before
+# any run; an unwritable path leaves nothing behind
+expect 0 "$CLI" bench $case1 --json --save-outputs "$T/ref.st"
+expect 0 "$CLI" inspect "$T/ref.st"
+has "out0 " out
+has "out1 " out
+expect 0 "$CLI" bench $case1 --json --check-outputs "$T/ref.st"
+NORMGRAD_TUNE=groups=3 expect 0 "$CLI" bench $case1 --json --check-outputs "$T/ref.st"
+python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["outputs_check"]; assert 0 <= w <= 1, w' \
+  "$T/out" || fail "outputs_check: $(cat "$T/out")"
+expect 0 "$CLI" bench $case1 --check-outputs "$T/ref.st"
+has "outputs    agree with" out
+expect 2 "$CLI" bench $case1 --freeze-weight --check-outputs "$T/ref.st"
+has "the file has 2 tensors; this pass writes 1" err
+expect 2 "$CLI" bench rmsnorm --rows 16 --hidden 128 --dtype bf16 --check-outputs "$T/ref.st"
+has "'out0' is another dtype or length" err
+expect 2 "$CLI" bench $case1 --check-outputs "$T/ref.st" --save-outputs "$T/x.st"
+has "one at a time" err
+expect 2 "$CLI" bench $case1 --check-outputs "$T/nothing.st"
+expect 2 "$CLI" bench $case1 --save-outputs ""
+expect 2 "$CLI" bench $case1 --save-outputs "$T/no/such/dir/x.st"
+[ -e "$T/no" ] && fail "an unwritable --save-outputs left something behind"
+# a changed value (dW's first, which is far from zero) is reported, the exit code stays 0
+python3 - "$T/ref.st" "$T/bad.st" <<'PY' || fail "tampering the reference"
+import json, struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", d[:8])[0]
+h = json.loads(d[8:8 + n])
+a = 8 + n + h["out1"]["data_offsets"][0]
+v = struct.unpack("<f", d[a:a + 4])[0]
+d[a:a + 4] = struct.pack("<f", v * 1.5 + 1.0)
+open(sys.argv[2], "wb").write(d)
+PY
+expect 0 "$CLI" bench $case1 --check-outputs "$T/bad.st"
+has "outputs    DIFFER from" out
+
+# ab_bench --check: the baseline saves, the others check; a variant whose outputs differ (a
+# wrapper that adds --offset 1, so RMSNorm's weight is 1 + w) fails the run
+printf '#!/bin/sh\nexec "%s" "$@" --offset 1\n' "$CLI" >"$T/offset.sh"
+chmod +x "$T/offset.sh"
+expect 0 python3 "$AB" --variant base="$CLI" --variant nopf="$CLI" \
+  --env nopf:NORMGRAD_TUNE=prefetch=1 --case "$case1" --case "$case2" --rounds 2 --check
+[ "$(grep -c '^  nopf .*outputs agree' "$T/out")" = 2 ] || fail "--check: $(cat "$T/out")"
+expect 1 python3 "$AB" --variant base="$CLI" --variant off="$T/offset.sh" --case "$case1" \
+  --rounds 1 --check
+has "outputs DIFFER" out
 
 [ $fails = 0 ] && echo "ab_bench.sh: all checks passed"
 exit $fails

@@ -202,8 +202,78 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
   return s;
 }
 
+/* --save-outputs and --check-outputs: the pass's outputs are tensors "out0".."out2" (the case's
+ * output slots in order, 1-D), so a file fits a case exactly when every slot the case fills has
+ * its tensor, of the same dtype and length, and the file has no other. */
+static int outputs_fit(const cli_bench_case *c, const cli_tensors *ref, char *err, size_t errlen) {
+  size_t used = 0;
+  for (int i = 0; i < 3; i++) {
+    const cli_bench_output *o = &c->out[i];
+    if (!o->mem) continue;
+    used++;
+    char name[16];
+    snprintf(name, sizeof name, "out%d", i);
+    const cli_tensor *t = cli_tensors_find(ref, name);
+    if (!t || t->dtype != o->dtype || cli_tensor_numel(t) != o->count) {
+      snprintf(err, errlen, "--check-outputs: the file's '%s' is %s; this pass writes %zu %s values "
+               "there (was the file saved by the same op, pass, shape, dtype and frozen flags?)",
+               name, t ? "another dtype or length" : "missing", o->count, ng_dtype_name(o->dtype));
+      return CLI_USAGE;
+    }
+  }
+  if (ref->count != used) {
+    snprintf(err, errlen, "--check-outputs: the file has %zu tensors; this pass writes %zu",
+             ref->count, used);
+    return CLI_USAGE;
+  }
+  return CLI_OK;
+}
+
+/* After the timed runs: save the outputs to io->save, or their worst difference against
+ * io->check's as a multiple of the allowed one (*worst). */
+static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec,
+                      const cli_bench_case *c, const cli_bench_io *io, double *worst, char *err,
+                      size_t errlen) {
+  void *got[3] = {0};
+  int rc = cli_outputs_read(env, c, got);
+  if (rc) snprintf(err, errlen, "reading the pass's outputs back failed");
+  if (!rc && io->save) {
+    cli_tensors ts = {0};
+    char desc[256];
+    snprintf(desc, sizeof desc, "%s %s, rows %zu, hidden %zu, %s%s%s", op->name, c->pass,
+             spec->rows, spec->hidden, ng_dtype_name(spec->dtype),
+             spec->freeze_weight ? ", weight frozen" : "", spec->freeze_bias ? ", bias frozen" : "");
+    const char *meta[] = {"normgrad-cli bench", desc, NULL};
+    for (int i = 0; i < 3 && !rc; i++) {
+      const cli_bench_output *o = &c->out[i];
+      if (!o->mem) continue;
+      char name[16];
+      snprintf(name, sizeof name, "out%d", i);
+      const int64_t shape[1] = {(int64_t)o->count};
+      if (cli_tensors_add(&ts, name, o->dtype, 1, shape, got[i])) {
+        snprintf(err, errlen, "out of host memory");
+        rc = CLI_DEVICE;
+      }
+    }
+    if (!rc) rc = cli_st_write(io->save, &ts, meta, err, errlen);
+    cli_tensors_free(&ts);
+  }
+  if (!rc && io->check) {
+    void *ref[3] = {0};
+    for (int i = 0; i < 3; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "out%d", i);
+      const cli_tensor *t = c->out[i].mem ? cli_tensors_find(io->check, name) : NULL;
+      ref[i] = t ? t->data : NULL;
+    }
+    *worst = cli_outputs_compare(c, ref, got);
+  }
+  for (int i = 0; i < 3; i++) free(got[i]);
+  return rc;
+}
+
 int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
-              const char *pass, bool json) {
+              const char *pass, bool json, const cli_bench_io *io) {
   char err[1024] = "";
   run_detail[0] = '\0';
   cli_device_desc dev;
@@ -231,6 +301,21 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
                      pass, list);
   }
   const cli_bench_case *c = &cases[which];
+  /* the outputs to save or check: known once the op has set the case up, before any run */
+  const bool has_out = c->out[0].mem || c->out[1].mem || c->out[2].mem;
+  if (io && (io->save || io->check)) {
+    if (!has_out) {
+      snprintf(err, sizeof err, "--pass %s reports no outputs to save or check", c->pass);
+      rc = CLI_USAGE;
+    } else if (io->check) {
+      rc = outputs_fit(c, io->check, err, sizeof err);
+    }
+    if (rc) {
+      op->bench_cleanup(state);
+      return cli_error(rc, "bench %s: %s", op->name, err);
+    }
+  }
+  double outputs_worst = -1; /* --check-outputs' result (< 0: not checked) */
 
   double copy_gbps = 0, copy_same_gbps = 0, enqueue_us = 0;
   rc = measure_copy(env, dev.max_alloc, c->bytes, &copy_gbps, &copy_same_gbps, &enqueue_us, err,
@@ -311,6 +396,13 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   }
   if (s == NG_SUCCESS) s = clFinish(env->queue);
   if (s != NG_SUCCESS) goto failed;
+  if (io && (io->save || io->check)) {
+    rc = outputs_io(env, op, spec, c, io, &outputs_worst, err, sizeof err);
+    if (rc) {
+      cli_error(rc, "bench %s %s: %s", op->name, c->pass, err);
+      goto out;
+    }
+  }
 
   {
     const double med_ns = median(t, reps), gbps = med_ns > 0 ? c->bytes / med_ns : 0;
@@ -379,6 +471,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
       for (size_t x = 0; x < sizeof more->extra / sizeof more->extra[0]; x++)
         if (more->extra[x].key)
           ok = ok && cJSON_AddNumberToObject(j, more->extra[x].key, more->extra[x].value);
+      /* cJSON writes infinity as null: a NaN where the file has none */
+      if (outputs_worst >= 0) ok = ok && cJSON_AddNumberToObject(j, "outputs_check", outputs_worst);
       char *txt = ok ? cJSON_PrintUnformatted(j) : NULL;
       cJSON_Delete(j);
       if (!txt) {
@@ -423,6 +517,9 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
           printf(xv == floor(xv) && fabs(xv) < 1e15 ? "  %-20s %.0f\n" : "  %-20s %.4g\n",
                  more->extra[x].key, xv);
         }
+      if (outputs_worst >= 0)
+        printf("  outputs    %s the --check-outputs file's: worst difference %.3g x the allowed "
+               "one\n", outputs_worst <= 1 ? "agree with" : "DIFFER from", outputs_worst);
     }
   }
   rc = CLI_OK;

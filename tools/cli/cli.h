@@ -271,9 +271,15 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
  * Runs `pass` (one of the names the op's bench_setup reports) of op on `spec`: every case that
  * comes before it in the op's list is run once first (a backward needs the forward's saved
  * statistics), then ≥ 3 warm-up runs and ≥ 20 timed ones; prints a table, or one JSON object
- * when `json`. Returns the exit code. */
+ * when `json`. With io (NULL: neither), the pass's outputs are then saved or checked
+ * (`--save-outputs`, `--check-outputs`; a file that does not fit the pass is refused before any
+ * run). Returns the exit code. */
+typedef struct cli_bench_io {
+  const char *save;         /* --save-outputs FILE: the pass's outputs after timing, or NULL */
+  const cli_tensors *check; /* --check-outputs FILE's tensors (read before any device work) */
+} cli_bench_io;
 int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
-              const char *pass, bool json);
+              const char *pass, bool json, const cli_bench_io *io);
 
 /* More to report about a case, for ops that are compute-bound or allocate (added for flce).
  * Zero/NULL fields are absent from the report. */
@@ -289,6 +295,14 @@ typedef struct cli_bench_more {
 /* For bench_setup: attach `more` to `c`, one of the cases it fills in. Kept by pointer: it must
  * stay valid until bench_cleanup (put it in the op's state). */
 void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more);
+
+/* A pass's outputs (common.c), for `tune`'s candidates and `bench --check-outputs`: read case
+ * c's outputs into host arrays (allocated when bufs[i] is NULL; CLI_OK or CLI_DEVICE), and the
+ * worst difference of `got` against `ref` as a multiple of the allowed one (<= 1 agrees):
+ * relative 2^-6 for 16-bit outputs and 1e-4 for f32, plus 1e-5 of ref's largest value (or the
+ * output's atol); a NaN in one and not the other is INFINITY. */
+int cli_outputs_read(cli_env *env, const cli_bench_case *c, void *bufs[3]);
+double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *const got[3]);
 
 /* ---- entry point (main.c; main() itself is in entry.c) -----------------------------------------
  * cli_main is the whole tool: argv as main() gets it, the process exit code back. With

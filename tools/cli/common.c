@@ -226,3 +226,46 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
   if (!m) fmt(err, errlen, "clCreateBuffer(%zu bytes) failed: %s", count * es, ng_status_name(e));
   return m;
 }
+
+/* ---- a pass's outputs: `tune` and `bench --check-outputs` ---- */
+static float host_elem(const void *p, ng_dtype dt, size_t i) {
+  if (dt == NG_BF16) return cli_bf16_to_f32(((const uint16_t *)p)[i]);
+  if (dt == NG_F16) return cli_f16_to_f32(((const uint16_t *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+int cli_outputs_read(cli_env *env, const cli_bench_case *c, void *bufs[3]) {
+  for (int i = 0; i < 3; i++) {
+    const cli_bench_output *o = &c->out[i];
+    if (!o->mem) continue;
+    const size_t bytes = o->count * ng_dtype_size(o->dtype);
+    if (!bufs[i] && !(bufs[i] = malloc(bytes))) return CLI_DEVICE;
+    if (clEnqueueReadBuffer(env->queue, o->mem, CL_TRUE, 0, bytes, bufs[i], 0, NULL, NULL) !=
+        CL_SUCCESS)
+      return CLI_DEVICE;
+  }
+  return CLI_OK;
+}
+
+double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *const got[3]) {
+  double worst = 0;
+  for (int i = 0; i < 3; i++) {
+    const cli_bench_output *o = &c->out[i];
+    if (!o->mem) continue;
+    const double rtol = o->dtype == NG_F32 ? 1e-4 : 1.0 / 64; /* 16-bit: two ulps */
+    double maxabs = 0;
+    for (size_t k = 0; k < o->count; k++) {
+      const double r = fabs(host_elem(ref[i], o->dtype, k));
+      if (isfinite(r) && r > maxabs) maxabs = r;
+    }
+    const double atol = fmax(1e-5 * maxabs, o->atol) + 1e-30;
+    for (size_t k = 0; k < o->count; k++) {
+      const double a = host_elem(got[i], o->dtype, k), b = host_elem(ref[i], o->dtype, k);
+      if (isnan(a) != isnan(b)) return INFINITY;
+      if (isnan(a) || a == b) continue;
+      const double e = fabs(a - b) / (atol + rtol * fmax(fabs(a), fabs(b)));
+      if (e > worst) worst = e;
+    }
+  }
+  return worst;
+}

@@ -388,6 +388,7 @@ static int cmd_bench(int argc, char **argv) {
   cli_options o;
   cli_options_init(&o);
   const char *op_name = NULL, *dev = NULL, *pass = "backward", *pos, *v = NULL;
+  const char *save = NULL, *check = NULL;
   long long rows = 0, hidden = 0;
   int dtype = -1;
   bool json = false, dd = false;
@@ -416,6 +417,10 @@ static int cmd_bench(int argc, char **argv) {
       rc = take_value(&a, &pass, err, sizeof err);
     } else if (!strcmp(a.name, "--device")) {
       rc = take_value(&a, &dev, err, sizeof err);
+    } else if (!strcmp(a.name, "--save-outputs")) {
+      rc = take_value(&a, &save, err, sizeof err);
+    } else if (!strcmp(a.name, "--check-outputs")) {
+      rc = take_value(&a, &check, err, sizeof err);
     } else if (!strcmp(a.name, "--json")) {
       rc = no_value(&a, err, sizeof err);
       json = true;
@@ -425,6 +430,10 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (rc) return cli_error(rc, "bench: %s", err);
   }
+  if (save && check)
+    return cli_error(CLI_USAGE, "bench: --save-outputs and --check-outputs: one at a time");
+  if ((save && !*save) || (check && !*check))
+    return cli_error(CLI_USAGE, "bench: --%s-outputs: an empty file name", save ? "save" : "check");
   const cli_op *op = NULL;
   int rc = find_op(op_name, &op, "bench");
   if (rc) return rc;
@@ -435,11 +444,20 @@ static int cmd_bench(int argc, char **argv) {
   cli_bench_spec spec = {(size_t)rows, (size_t)hidden, (ng_dtype)dtype, o.freeze_weight,
                          o.freeze_bias};
   if (cli_parse_only) return CLI_OK;
+  /* the reference outputs are read and checked before any device work */
+  cli_tensors ref = {0};
+  if (check && (rc = cli_st_read(check, &ref, err, sizeof err)))
+    return cli_error(rc, "bench: --check-outputs: %s", err);
+  const cli_bench_io io = {save, check ? &ref : NULL};
   cli_env env;
   rc = cli_env_open(dev, &env, err, sizeof err);
-  if (rc) return cli_error(rc, "bench %s: %s", op->name, err);
-  rc = cli_bench(&env, op, &spec, &o, pass, json);
+  if (rc) {
+    cli_tensors_free(&ref);
+    return cli_error(rc, "bench %s: %s", op->name, err);
+  }
+  rc = cli_bench(&env, op, &spec, &o, pass, json, &io);
   cli_env_close(&env);
+  cli_tensors_free(&ref);
   return rc;
 }
 
@@ -546,6 +564,7 @@ static const cli_command commands[] = {
     {"bench", cmd_bench, "time an op's forward or backward pass",
      "usage: normgrad-cli bench OP --rows R --hidden N --dtype f32|f16|bf16 [--freeze-weight]\n"
      "                          [--freeze-bias] [--pass forward|backward] [--json]\n"
+     "                          [--save-outputs FILE | --check-outputs FILE]\n"
      "                          [--device SEL] [op options]\n"
      "\n"
      "Random data of rows x hidden (weights f32). The chosen pass (default backward; the passes\n"
@@ -557,7 +576,14 @@ static const cli_command commands[] = {
      "64 MiB are evicted from caches between repetitions by overwriting a 128 MiB buffer.\n"
      "  --json   exactly one JSON object on stdout (op, pass, rows, hidden, dtype, frozen,\n"
      "           frozen_bias, bytes, median_ms, gbps, copy_gbps, ratio, copy_same_gbps,\n"
-     "           ratio_same, device, …)\n" OP_OPTIONS_HELP},
+     "           ratio_same, device, …)\n"
+     "  --save-outputs FILE   write the pass's outputs after the timed runs (safetensors,\n"
+     "           tensors out0.. in the pass's order; the random inputs are the same in every\n"
+     "           run of the same op, pass, shape, dtype and flags)\n"
+     "  --check-outputs FILE  compare them with FILE's instead (another build, launch or\n"
+     "           NORMGRAD_TUNE): reports the worst difference as a multiple of the allowed one\n"
+     "           (relative 2^-6 for 16-bit values, 1e-4 for f32, as `tune` checks; <= 1 agrees;\n"
+     "           JSON outputs_check, null for a NaN where FILE has none); the exit code stays 0\n" OP_OPTIONS_HELP},
     {"inspect", cmd_inspect, "list the tensors of a safetensors file",
      "usage: normgrad-cli inspect FILE\n"
      "\n"

@@ -230,51 +230,6 @@ static int confirm_inherited(cli_env *env, const cli_op *op, size_t rows, size_t
   return s == NG_SUCCESS ? CLI_OK : cli_fail_status(s, "tune", err, errlen);
 }
 
-static float host_elem(const void *p, ng_dtype dt, size_t i) {
-  if (dt == NG_BF16) return cli_bf16_to_f32(((const uint16_t *)p)[i]);
-  if (dt == NG_F16) return cli_f16_to_f32(((const uint16_t *)p)[i]);
-  return ((const float *)p)[i];
-}
-
-/* Read the case's outputs into host arrays (allocated here when *bufs is NULL). */
-static int read_outputs(cli_env *env, const cli_bench_case *c, void *bufs[3]) {
-  for (int i = 0; i < 3; i++) {
-    const cli_bench_output *o = &c->out[i];
-    if (!o->mem) continue;
-    const size_t bytes = o->count * ng_dtype_size(o->dtype);
-    if (!bufs[i] && !(bufs[i] = malloc(bytes))) return CLI_DEVICE;
-    if (clEnqueueReadBuffer(env->queue, o->mem, CL_TRUE, 0, bytes, bufs[i], 0, NULL, NULL) !=
-        CL_SUCCESS)
-      return CLI_DEVICE;
-  }
-  return CLI_OK;
-}
-
-/* Worst relative difference of `got` against `ref`, as a multiple of the allowed one (<= 1
- * passes). NaN in one and not the other fails. */
-static double compare(const cli_bench_case *c, void *ref[3], void *got[3]) {
-  double worst = 0;
-  for (int i = 0; i < 3; i++) {
-    const cli_bench_output *o = &c->out[i];
-    if (!o->mem) continue;
-    const double rtol = o->dtype == NG_F32 ? 1e-4 : 1.0 / 64; /* 16-bit: two ulps */
-    double maxabs = 0;
-    for (size_t k = 0; k < o->count; k++) {
-      const double r = fabs(host_elem(ref[i], o->dtype, k));
-      if (isfinite(r) && r > maxabs) maxabs = r;
-    }
-    const double atol = fmax(1e-5 * maxabs, o->atol) + 1e-30;
-    for (size_t k = 0; k < o->count; k++) {
-      const double a = host_elem(got[i], o->dtype, k), b = host_elem(ref[i], o->dtype, k);
-      if (isnan(a) != isnan(b)) return INFINITY;
-      if (isnan(a) || a == b) continue;
-      const double e = fabs(a - b) / (atol + rtol * fmax(fabs(a), fabs(b)));
-      if (e > worst) worst = e;
-    }
-  }
-  return worst;
-}
-
 /* A CPU candidate: one work-item a row, `groups` groups, vector width and prefetch setting. */
 static void cpu_candidate(candidate *c, unsigned vec, unsigned groups, unsigned prefetch) {
   memset(c, 0, sizeof *c);
@@ -456,7 +411,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
       continue;
     }
     if (s != NG_SUCCESS) break;
-    if (read_outputs(env, c, i == 0 ? ref : got) != CLI_OK) {
+    if (cli_outputs_read(env, c, i == 0 ? ref : got) != CLI_OK) {
       s = NG_ERR_HOST_OUT_OF_MEMORY;
       break;
     }
@@ -464,7 +419,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
       cs[i].ok = true;
       continue;
     }
-    const double e = compare(c, ref, got);
+    const double e = cli_outputs_compare(c, ref, got);
     cs[i].ok = e <= 1.0;
     if (!cs[i].ok) {
       char why[96];
