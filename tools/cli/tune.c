@@ -278,8 +278,8 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   while (top * 2 <= maxwg && top < 1024) top *= 2;
   /* Rows that no group of two slots a work-item holds and too short for the streamed shapes
    * below (bf16 and f32 N = 16385-32768 on 1024-wide devices): the shapes that fit hold them in
-   * four slots, which a backward's registers mostly refuse, and the ops split them across
-   * groups instead, in slices of the group's size. So the scan also tries those groups, with
+   * four slots (on the H200 38-127 % slower than the split at 18432, where timed), and the ops
+   * split them across groups instead, in slices of the group's size. So the scan also tries those groups, with
    * the rules' slots, on grids of 2, 3, 4, 6 and 8 groups a compute unit. H200, bf16, RMSNorm's
    * backward with dW at 18432 on groups of 128 with six a compute unit: -9.4 %, where no launch
    * the scan had tried gained (docs/tuning.md, the built-in table's fifth round). */
