@@ -205,6 +205,8 @@ static ng_status timed_run(cli_env *env, const cli_bench_case *c, void *state, c
 /* --save-outputs and --check-outputs: the pass's outputs are tensors "out0".."out2" (the case's
  * output slots in order, 1-D), so a file fits a case exactly when every slot the case fills has
  * its tensor, of the same dtype and length, and the file has no other. */
+static void out_name(int i, char name[16]) { snprintf(name, 16, "out%d", i); }
+
 static int outputs_fit(const cli_bench_case *c, const cli_tensors *ref, char *err, size_t errlen) {
   size_t used = 0;
   for (int i = 0; i < 3; i++) {
@@ -212,7 +214,7 @@ static int outputs_fit(const cli_bench_case *c, const cli_tensors *ref, char *er
     if (!o->mem) continue;
     used++;
     char name[16];
-    snprintf(name, sizeof name, "out%d", i);
+    out_name(i, name);
     const cli_tensor *t = cli_tensors_find(ref, name);
     if (!t || t->dtype != o->dtype || cli_tensor_numel(t) != o->count) {
       snprintf(err, errlen, "--check-outputs: the file's '%s' is %s; this pass writes %zu %s values "
@@ -248,7 +250,7 @@ static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec
       const cli_bench_output *o = &c->out[i];
       if (!o->mem) continue;
       char name[16];
-      snprintf(name, sizeof name, "out%d", i);
+      out_name(i, name);
       const int64_t shape[1] = {(int64_t)o->count};
       if (cli_tensors_add(&ts, name, o->dtype, 1, shape, got[i])) {
         snprintf(err, errlen, "out of host memory");
@@ -262,7 +264,7 @@ static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec
     void *ref[3] = {0};
     for (int i = 0; i < 3; i++) {
       char name[16];
-      snprintf(name, sizeof name, "out%d", i);
+      out_name(i, name);
       const cli_tensor *t = c->out[i].mem ? cli_tensors_find(io->check, name) : NULL;
       ref[i] = t ? t->data : NULL;
     }

@@ -240,6 +240,22 @@ static void cpu_candidate(candidate *c, unsigned vec, unsigned groups, unsigned 
   c->v[NG_TUNE_PREFETCH] = prefetch;
 }
 
+/* GPU candidates of one work-group size, slots and group count (0: the rules'), one for each
+ * prefetch setting (NVIDIA: off, on; elsewhere none). False once the list is full. */
+static bool gpu_candidates(candidate *cs, int *nc, bool nv, unsigned wg, unsigned reg,
+                           unsigned groups) {
+  for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
+    if (*nc >= MAX_CANDIDATES) return false;
+    candidate *c = &cs[(*nc)++];
+    memset(c, 0, sizeof *c);
+    c->v[NG_TUNE_WORKGROUP] = wg;
+    c->v[NG_TUNE_REG_COLS] = reg;
+    c->v[NG_TUNE_GROUPS] = groups;
+    c->v[NG_TUNE_PREFETCH] = pf;
+  }
+  return true;
+}
+
 /* Candidates around the device's properties; [0] is the built-in default. With `grid_only`
  * (frozen backward: its work-group shape is the trained backward's, so that dx is the same bits)
  * only the group count and the prefetch vary. */
@@ -279,10 +295,11 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   /* Rows that no group of two slots a work-item holds and too short for the streamed shapes
    * below (bf16 and f32 N = 16385-32768 on 1024-wide devices): the shapes that fit hold them in
    * four slots (on the H200 38-127 % slower than the split at 18432, where timed), and the ops
-   * split them across groups instead, in slices of the group's size. So the scan also tries those groups, with
-   * the rules' slots, on grids of 2, 3, 4, 6 and 8 groups a compute unit. H200, bf16, RMSNorm's
-   * backward with dW at 18432 on groups of 128 with six a compute unit: -9.4 %, where no launch
-   * the scan had tried gained (docs/tuning.md, the built-in table's fifth round). */
+   * split them across groups instead, in slices of the group's size. So the scan also tries
+   * those groups, with the rules' slots, on grids of 2, 3, 4, 6 and 8 groups a compute unit.
+   * H200, bf16, RMSNorm's backward with dW at 18432 on groups of 128 with six a compute unit:
+   * -9.4 %, where no launch the scan had tried gained (docs/tuning.md, the built-in table's fifth
+   * round). */
   const bool split_band = top >= 512 && nvec > top * 2 && nvec <= top * 4;
   /* The frozen scan's grids also take every grid a backward's candidate may give the frozen
    * pass with its line (tune_one: one group a compute unit, and 3 and 6 in the band), so that
@@ -290,22 +307,9 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   static const unsigned mult_split[] = {2, 3, 4, 6, 8}, mult_grid_extra[] = {1, 3, 6};
   for (unsigned wg = 128; split_band && !grid_only && wg <= 512; wg *= 2)
     for (size_t m = 0; m < sizeof mult_split / sizeof mult_split[0]; m++)
-      for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
-        if (nc >= MAX_CANDIDATES) return nc;
-        candidate *c = &cs[nc++];
-        memset(c, 0, sizeof *c);
-        c->v[NG_TUNE_WORKGROUP] = wg;
-        c->v[NG_TUNE_GROUPS] = (unsigned)(cu * mult_split[m]);
-        c->v[NG_TUNE_PREFETCH] = pf;
-      }
+      if (!gpu_candidates(cs, &nc, nv, wg, 0, (unsigned)(cu * mult_split[m]))) return nc;
   for (size_t m = 0; grid_only && m < (split_band ? 3u : 1u); m++)
-    for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
-      if (nc >= MAX_CANDIDATES) return nc;
-      candidate *c = &cs[nc++];
-      memset(c, 0, sizeof *c);
-      c->v[NG_TUNE_GROUPS] = (unsigned)(cu * mult_grid_extra[m]);
-      c->v[NG_TUNE_PREFETCH] = pf;
-    }
+    if (!gpu_candidates(cs, &nc, nv, 0, 0, (unsigned)(cu * mult_grid_extra[m]))) return nc;
   for (unsigned reg = 1; reg <= 4; reg *= 2)
     for (size_t wg = 32; wg <= top; wg *= 2) {
       const size_t cover = wg * reg;
@@ -319,20 +323,15 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
       }
       const unsigned *mult = dw ? mult_gpu_dw : mult_gpu;
       const size_t nm = dw ? 4 : 5;
-      for (size_t m = 0; m < nm; m++)
-        for (unsigned pf = nv ? 1 : 0; pf <= (nv ? 2u : 0u); pf++) {
-          if (nc >= MAX_CANDIDATES) return nc;
-          /* multiples of the compute units, or (0) one group per row */
-          const unsigned groups =
-              mult[m] ? (unsigned)(cu * mult[m])
-                      : (rows > 0xffffffffu / 1024 ? 0xffffffffu / 1024 : (unsigned)rows);
-          candidate *c = &cs[nc++];
-          memset(c, 0, sizeof *c);
-          c->v[NG_TUNE_WORKGROUP] = grid_only ? 0 : (unsigned)wg;
-          c->v[NG_TUNE_REG_COLS] = grid_only ? 0 : reg;
-          c->v[NG_TUNE_GROUPS] = groups;
-          c->v[NG_TUNE_PREFETCH] = pf;
-        }
+      for (size_t m = 0; m < nm; m++) {
+        /* multiples of the compute units, or (0) one group per row */
+        const unsigned groups =
+            mult[m] ? (unsigned)(cu * mult[m])
+                    : (rows > 0xffffffffu / 1024 ? 0xffffffffu / 1024 : (unsigned)rows);
+        if (!gpu_candidates(cs, &nc, nv, grid_only ? 0 : (unsigned)wg, grid_only ? 0 : reg,
+                            groups))
+          return nc;
+      }
     }
   return nc;
 }
@@ -479,7 +478,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
        * split groups of 128 took 26 % longer on the rules' grid and 0.2 % on the backward's six
        * groups a compute unit. The frozen pass may then take the candidate's grid and prefetch
        * in a line of its own, stored with the backward's. */
-      if (!rc && ip[j].shape_only && r < floor_ratio && has_grid(cv) && !grid_only) {
+      if (!rc && ip[j].shape_only && r < floor_ratio && has_grid(cv)) {
         double rg = 0;
         rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, true, vmax[NG_TUNE_GROUPS], &rg,
                                err, sizeof err);
