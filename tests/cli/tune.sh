@@ -111,6 +111,25 @@ PY
   fi
 done
 
+# every candidate runs: bench tensors with the scratch of the launch that needs the most. On a
+# 1024-wide GPU, rows of 18432 are where a held candidate (1024 x 4, a partial row a group, on
+# grids of up to 1056 groups) needs more than the rules' split on the largest grid, all the
+# scratch a scan once had (the H200 did not run four: NG_ERR_BUFFER_TOO_SMALL); enough rows that
+# the grids fill. A CPU's candidates take their scratch from the grid alone: a few rows there.
+type=$("$CLI" devices --json | python3 -c 'import json, sys
+print(next(d["type"] for d in json.load(sys.stdin) if d["default"]))') || fail "devices --json"
+rows=4
+[ "$type" = GPU ] && rows=2048
+for op in rmsnorm layernorm; do
+  expect 0 "$CLI" tune $op --hidden 18432 --pass backward --total $((18432 * rows)) --json --dry-run
+  python3 - "$T/out" <<'PY' || fail "$op at 18432: $(cat "$T/out" "$T/err")"
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+assert d["rejected"] == 0 and d["candidates"] >= 2, d
+PY
+  has_not "did not run" err
+done
+
 # a candidate is stored only once confirmed: timed again in turn with the default, its median
 # ratio still 1% faster
 expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward --total 32768 --json

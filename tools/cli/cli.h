@@ -91,6 +91,9 @@ typedef struct cli_bench_spec {
   size_t rows, hidden;
   ng_dtype dtype; /* activations; weights are f32 unless the op says otherwise */
   bool freeze_weight, freeze_bias;
+  /* scratch bytes to allocate at least (0: what the context's launch settings need); `tune`
+   * passes the most any of its candidates needs, each launch asking for its own */
+  size_t min_scratch;
 } cli_bench_spec;
 
 /* A buffer a pass writes (for `tune`, which checks every candidate's outputs). */
@@ -125,6 +128,10 @@ typedef struct cli_op {
                      cli_bench_case *cases, int *ncases, void **state, char *err,
                      size_t errlen);
   void (*bench_cleanup)(void *state);
+  /* The scratch bytes the backward of `spec` needs with the context's launch settings as they
+   * are (the ops `tune` scans; NULL elsewhere), what bench_setup allocates unless
+   * spec->min_scratch asks for more. Returns an ng_status. */
+  ng_status (*bench_scratch)(cli_env *env, const cli_bench_spec *spec, size_t *bytes);
 } cli_op;
 
 /* The registry (generated cli_ops.c, from the op_*.c file names): NULL-terminated. */

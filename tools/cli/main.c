@@ -442,7 +442,7 @@ static int cmd_bench(int argc, char **argv) {
   if (dtype < 0) return cli_error(CLI_USAGE, "bench: missing --dtype f32|f16|bf16");
   if (!op->bench_setup) return cli_error(CLI_USAGE, "bench: op '%s' has no benchmark", op->name);
   cli_bench_spec spec = {(size_t)rows, (size_t)hidden, (ng_dtype)dtype, o.freeze_weight,
-                         o.freeze_bias};
+                         o.freeze_bias, 0};
   if (cli_parse_only) return CLI_OK;
   /* the reference outputs are read and checked before any device work */
   cli_tensors ref = {0};

@@ -285,4 +285,4 @@ fail:
   return rc;
 }
 
-const cli_op cli_op_flce = {"flce", run, bench_setup, bench_cleanup};
+const cli_op cli_op_flce = {"flce", run, bench_setup, bench_cleanup, NULL};

@@ -204,4 +204,4 @@ fail:
   return rc;
 }
 
-const cli_op cli_op_groupnorm = {"groupnorm", run, bench_setup, bench_cleanup};
+const cli_op cli_op_groupnorm = {"groupnorm", run, bench_setup, bench_cleanup, NULL};

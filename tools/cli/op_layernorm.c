@@ -128,6 +128,14 @@ static void bench_cleanup(void *state) {
   free(b);
 }
 
+static ng_status bench_scratch(cli_env *env, const cli_bench_spec *spec, size_t *bytes) {
+  const ng_layernorm_params p = {spec->rows, spec->hidden, 1e-5f};
+  const ng_status s = ng_layernorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight,
+                                                         !spec->freeze_bias, bytes);
+  if (s == NG_SUCCESS && *bytes < spec->min_scratch) *bytes = spec->min_scratch;
+  return s;
+}
+
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
                        cli_bench_case *cases, int *ncases, void **state, char *err,
                        size_t errlen) {
@@ -144,8 +152,7 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   b->frozen_b = spec->freeze_bias;
   const size_t xb = R * N * es;
   size_t sbytes = 0;
-  ng_status s = ng_layernorm_backward_scratch_size(env->ctx, &b->p, !b->frozen_w, !b->frozen_b,
-                                                   &sbytes);
+  ng_status s = bench_scratch(env, spec, &sbytes);
   int rc = CLI_DEVICE;
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, OP " scratch size", err, errlen);
@@ -184,4 +191,4 @@ fail:
   return rc;
 }
 
-const cli_op cli_op_layernorm = {OP, run, bench_setup, bench_cleanup};
+const cli_op cli_op_layernorm = {OP, run, bench_setup, bench_cleanup, bench_scratch};

@@ -121,6 +121,14 @@ static void bench_cleanup(void *state) {
   free(g);
 }
 
+static ng_status bench_scratch(cli_env *env, const cli_bench_spec *spec, size_t *bytes) {
+  const ng_polynorm_params p = {spec->rows, spec->hidden, 1e-6f};
+  const ng_status s = ng_polynorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight,
+                                                        !spec->freeze_bias, bytes);
+  if (s == NG_SUCCESS && *bytes < spec->min_scratch) *bytes = spec->min_scratch;
+  return s;
+}
+
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
                        cli_bench_case *cases, int *ncases, void **state, char *err, size_t errlen) {
   const size_t R = spec->rows, N = spec->hidden, es = ng_dtype_size(spec->dtype);
@@ -136,8 +144,7 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   g->frozen_b = spec->freeze_bias;
   const size_t xb = R * N * es;
   size_t sbytes = 0;
-  ng_status s =
-      ng_polynorm_backward_scratch_size(env->ctx, &g->p, !g->frozen_w, !g->frozen_b, &sbytes);
+  ng_status s = bench_scratch(env, spec, &sbytes);
   int rc = CLI_DEVICE;
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, "polynorm scratch size", err, errlen);
@@ -169,4 +176,4 @@ fail:
   return rc;
 }
 
-const cli_op cli_op_polynorm = {"polynorm", run, bench_setup, bench_cleanup};
+const cli_op cli_op_polynorm = {"polynorm", run, bench_setup, bench_cleanup, bench_scratch};

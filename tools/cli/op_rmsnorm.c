@@ -107,6 +107,13 @@ static void bench_cleanup(void *state) {
   free(b);
 }
 
+static ng_status bench_scratch(cli_env *env, const cli_bench_spec *spec, size_t *bytes) {
+  const ng_rmsnorm_params p = {spec->rows, spec->hidden, 1e-6f, 0.0f, NG_CAST_LLAMA};
+  const ng_status s = ng_rmsnorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight, bytes);
+  if (s == NG_SUCCESS && *bytes < spec->min_scratch) *bytes = spec->min_scratch;
+  return s;
+}
+
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
                        cli_bench_case *cases, int *ncases, void **state, char *err,
                        size_t errlen) {
@@ -122,7 +129,7 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   b->frozen = spec->freeze_weight;
   const size_t xb = R * N * es;
   size_t sbytes = 0;
-  ng_status s = ng_rmsnorm_backward_scratch_size(env->ctx, &b->p, !b->frozen, &sbytes);
+  ng_status s = bench_scratch(env, spec, &sbytes);
   int rc = CLI_DEVICE;
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, "rmsnorm scratch size", err, errlen);
@@ -151,4 +158,4 @@ fail:
   return rc;
 }
 
-const cli_op cli_op_rmsnorm = {"rmsnorm", run, bench_setup, bench_cleanup};
+const cli_op cli_op_rmsnorm = {"rmsnorm", run, bench_setup, bench_cleanup, bench_scratch};

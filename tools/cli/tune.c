@@ -160,26 +160,34 @@ static void copy_grid(unsigned dst[7], const unsigned *src) {
 
 static bool has_grid(const unsigned v[7]) { return v[NG_TUNE_GROUPS] || v[NG_TUNE_PREFETCH]; }
 
-/* One pass's bench tensors (spec's sizes and frozen flags) with scratch for grids of up to
- * scratch_groups groups, and for a backward its statistics from a forward at the default
- * launch. Returns a CLI exit code; on failure nothing stays allocated. */
+/* One pass's bench tensors (spec's sizes and frozen flags) with the scratch the launches of
+ * cs[0..nc) need, and for a backward its statistics from a forward at the default launch. Each
+ * launch asks for its own: a row held on many groups needs a partial row a group where the
+ * rules' split of it on as many needs far less (the H200's 1024 x 4 candidates at 18432 did not
+ * run when the scratch was sized on the rules' shape with the largest grid). Returns a CLI exit
+ * code; on failure nothing stays allocated. */
 static int open_pass(cli_env *env, const cli_op *op, const cli_bench_spec *spec, bool bwd,
-                     unsigned scratch_groups, cli_bench_case cases[4], void **state, char *err,
-                     size_t errlen) {
+                     const candidate *cs, int nc, cli_bench_case cases[4], void **state,
+                     char *err, size_t errlen) {
   static const unsigned none[7] = {0};
-  unsigned vmax[7] = {0};
-  vmax[NG_TUNE_GROUPS] = scratch_groups;
-  ng_status s = apply(env->ctx, vmax);
+  cli_bench_spec sp = *spec;
+  ng_status s = NG_SUCCESS;
+  for (int i = 0; i < nc && op->bench_scratch && s == NG_SUCCESS; i++) {
+    size_t b = 0;
+    if (apply(env->ctx, cs[i].v) != NG_SUCCESS) continue; /* refused: never timed either */
+    s = op->bench_scratch(env, spec, &b);
+    if (b > sp.min_scratch) sp.min_scratch = b;
+  }
+  if (s == NG_SUCCESS) s = apply(env->ctx, none);
   if (s != NG_SUCCESS) return cli_fail_status(s, "tune", err, errlen);
   cli_options o;
   cli_options_init(&o);
   memset(cases, 0, 4 * sizeof cases[0]);
   int ncases = 0;
   *state = NULL;
-  const int rc = op->bench_setup(env, spec, &o, cases, &ncases, state, err, errlen);
+  const int rc = op->bench_setup(env, &sp, &o, cases, &ncases, state, err, errlen);
   if (rc) return rc;
-  s = apply(env->ctx, none);
-  if (s == NG_SUCCESS && bwd) s = cases[0].run(env, *state);
+  if (bwd) s = cases[0].run(env, *state);
   if (s == NG_SUCCESS && bwd) s = clFinish(env->queue);
   if (s == NG_SUCCESS) return CLI_OK;
   op->bench_cleanup(*state);
@@ -211,21 +219,21 @@ static int inherited_passes(const tune_target *t, bool dw, inherited_pass out[3]
  * Returns a CLI exit code. */
 static int confirm_inherited(cli_env *env, const cli_op *op, size_t rows, size_t n, ng_dtype dt,
                              const inherited_pass *ip, const unsigned cand[7], bool with_grid,
-                             unsigned scratch_groups, double *ratio, char *err, size_t errlen) {
+                             double *ratio, char *err, size_t errlen) {
   static const unsigned none[7] = {0};
-  unsigned v[7] = {0};
+  candidate c = {{0}, 0, true};
   if (ip->shape_only) {
-    copy_shape(v, cand);
-    if (with_grid) copy_grid(v, cand);
+    copy_shape(c.v, cand);
+    if (with_grid) copy_grid(c.v, cand);
   } else {
-    memcpy(v, cand, sizeof v);
+    memcpy(c.v, cand, sizeof c.v);
   }
-  const cli_bench_spec spec = {rows, n, dt, ip->freeze_weight, ip->freeze_bias};
+  const cli_bench_spec spec = {rows, n, dt, ip->freeze_weight, ip->freeze_bias, 0};
   cli_bench_case cases[4];
   void *state;
-  const int rc = open_pass(env, op, &spec, true, scratch_groups, cases, &state, err, errlen);
+  const int rc = open_pass(env, op, &spec, true, &c, 1, cases, &state, err, errlen);
   if (rc) return rc;
-  const ng_status s = confirm(env, &cases[1], state, none, v, ratio);
+  const ng_status s = confirm(env, &cases[1], state, none, c.v, ratio);
   op->bench_cleanup(state);
   return s == NG_SUCCESS ? CLI_OK : cli_fail_status(s, "tune", err, errlen);
 }
@@ -373,14 +381,10 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   memset(chosen, 0, 7 * sizeof chosen[0]);
   if (grid_only) /* the default too: it is the frozen pass without a line of its own */
     for (int i = 0; i < nc; i++) copy_shape(cs[i].v, shape);
-  /* scratch for the largest group count any candidate asks for */
-  unsigned vmax[7] = {0};
-  for (int i = 1; i < nc; i++)
-    if (cs[i].v[NG_TUNE_GROUPS] > vmax[NG_TUNE_GROUPS]) vmax[NG_TUNE_GROUPS] = cs[i].v[NG_TUNE_GROUPS];
-  const cli_bench_spec spec = {rows, n, dt, frozen, frozen};
+  const cli_bench_spec spec = {rows, n, dt, frozen, frozen, 0};
   cli_bench_case cases[4];
   void *state, *ref[3] = {0}, *got[3] = {0};
-  int rc = open_pass(env, op, &spec, !fwd, vmax[NG_TUNE_GROUPS], cases, &state, err, sizeof err);
+  int rc = open_pass(env, op, &spec, !fwd, cs, nc, cases, &state, err, sizeof err);
   if (rc) return cli_error(rc, "tune %s: %s", op->name, *err ? err : "setup failed");
   const cli_bench_case *c = &cases[fwd ? 0 : 1];
   int rejected = 0, best = 0;
@@ -472,16 +476,14 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     for (int j = 0; j < nip && !rc; j++) {
       if (ip[j].shape_only && !sets_shape) continue; /* the frozen pass keeps its launch */
       double r = 0;
-      rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, false, vmax[NG_TUNE_GROUPS], &r,
-                             err, sizeof err);
+      rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, false, &r, err, sizeof err);
       /* A shape may need its own grid: on the H200 RMSNorm's frozen backward at 18432 on the
        * split groups of 128 took 26 % longer on the rules' grid and 0.2 % on the backward's six
        * groups a compute unit. The frozen pass may then take the candidate's grid and prefetch
        * in a line of its own, stored with the backward's. */
       if (!rc && ip[j].shape_only && r < floor_ratio && has_grid(cv)) {
         double rg = 0;
-        rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, true, vmax[NG_TUNE_GROUPS], &rg,
-                               err, sizeof err);
+        rc = confirm_inherited(env, op, rows, n, dt, &ip[j], cv, true, &rg, err, sizeof err);
         if (!rc && rg > r) r = rg, with_grid = true;
       }
       if (!rc && (!lost || r < worst)) worst = r, lost = ip[j].what;
