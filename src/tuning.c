@@ -368,6 +368,18 @@ static const ng_builtin_tune builtin[] = {
      * -5.9 % at 18432, -3.4 % at 20480 (the same shape cost LayerNorm's backward 30 % at 17408
      * and its frozen pass 12 % at 18432, so not there) */
     {H200, "polynorm.fwd", BF16, 17408, 20480, NG_BUILTIN_V(128, 792, 0, 0)},
+    /* A sixth round (2026-11-29: `tune`'s split candidates at 18432, then this table against the
+     * binary before it in three alternating rounds, f16 against the same launch set by
+     * override in two): LayerNorm's forward on slices of 128 with four groups a compute unit
+     * and the prefetch, bf16 -7.0, -7.1, -8.9, -4.6 % at 17408, 18432, 19456, 20480 (21504
+     * +0.4 %, 24576 +5.5 %), f16 -8.1, -7.1, -7.7, -4.9 % */
+    {H200, "layernorm.fwd", X16, 17408, 20480, NG_BUILTIN_V(128, 528, 0, 2)},
+    /* PolyNorm's backward likewise, bf16 -4.0, -3.3, -4.0, -2.4 % (dB alone -5.6 to -3.0 %;
+     * 21504 +2.1 %, 24576 +3.6 %), f16 -3.8, -3.4, -4.0, -3.7 %; its both-frozen pass on that
+     * shape with six groups a compute unit, bf16 -8.2, -7.4, -7.7, -5.6 %, f16 -8.3, -5.8, -7.9,
+     * -5.8 % */
+    {H200, "polynorm.bwd", X16, 17408, 20480, NG_BUILTIN_V(128, 528, 0, 2)},
+    {H200, "polynorm.bwd_frozen", X16, 17408, 20480, NG_BUILTIN_V(0, 792, 0, 2)},
 };
 #undef H200
 #undef BF16

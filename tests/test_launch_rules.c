@@ -700,6 +700,20 @@ static void test_builtin_launches(void **state) {
   assert_int_equal(c2.l.wg, 128);
   assert_int_equal(c2.l.groups, 792 / c2.slices * c2.slices);
   assert_int_not_equal(c1.l.wg, 128);
+  /* the sixth round: PolyNorm's 16-bit backward at 18432 on slices of 128, four groups a compute
+   * unit with dW or dB, six with both frozen (that pass's own grid on the backward's shape);
+   * 24576 and the H100 keep the rules' */
+  for (int g = 0; g < 6; g++) {
+    const bool dw = g % 3 == 0, db = g % 3 < 2, fz = g % 3 == 2;
+    assert_true(ng_polynorm_bwd_plan(h2, 1820, 18432, g < 3 ? NG_BF16 : NG_F16, dw, db, &l, &c2));
+    assert_int_equal(c2.l.wg, 128);
+    assert_int_equal(c2.l.groups, (fz ? 792 : 528) / c2.slices * c2.slices);
+    assert_true(c2.l.prefetch);
+    assert_true(ng_polynorm_bwd_plan(h1, 1820, 18432, NG_BF16, dw, db, &l, &c1));
+    assert_int_not_equal(c1.l.wg, 128);
+    assert_true(ng_polynorm_bwd_plan(h2, 1365, 24576, NG_BF16, dw, db, &l, &c2));
+    assert_int_not_equal(c2.l.wg, 128);
+  }
   /* the fused add's forward holds rows of 18432 on 1024 x 4; LayerNorm's of 5120 on 256 x 4 */
   const ng_rows_mode fw = NG_ROWS_FWD | NG_ROWS_X16;
   l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_BF16, 1820, 18432, true, fw);
@@ -708,6 +722,20 @@ static void test_builtin_launches(void **state) {
   l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, 6553, 5120, true, fw);
   assert_int_equal(l.wg * 8 + l.reg_cols, 256 * 8 + 4);
   assert_int_equal(l.groups, 528);
+  /* ... and its 16-bit rows of 18432 on slices of 128, four groups a compute unit (24576 and
+   * f32: the rules') */
+  for (int d = 0; d < 2; d++) {
+    l = ng_choose_row_launch_k(h2, "layernorm.fwd", d ? NG_F16 : NG_BF16, 1820, 18432, true, fw);
+    assert_int_equal(l.wg, 128);
+    assert_int_equal(l.groups, 528);
+    assert_true(l.prefetch);
+  }
+  l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_F32, 1820, 18432, true, NG_ROWS_FWD);
+  assert_int_not_equal(l.wg, 128);
+  l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, 1365, 24576, true, fw);
+  assert_int_not_equal(l.wg, 128);
+  l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, 1820, 18432, true, fw);
+  assert_int_not_equal(l.wg, 128);
   ng_context_release(h2);
   ng_context_release(h1);
 }
