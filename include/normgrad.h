@@ -228,9 +228,20 @@ NG_API ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n,
  *  Errors: as ng_tuning_store, and NG_ERR_UNSUPPORTED_DTYPE for another dtype. */
 NG_API ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtype,
                                        size_t n, const unsigned *values, const char *comment);
+/** ng_tuning_store_dtype for rows of lo..hi elements alone (lo = hi: one length) instead of a
+ *  bucket: the line comes before the bucket's lines for those lengths (the narrowest such line
+ *  first), and replaces the line of the same kind, dtype and lengths alone; a later
+ *  ng_tuning_store_dtype of lo's bucket replaces it. Lengths in one bucket can want different
+ *  launches (docs/tuning.md); `normgrad-cli tune` stores the length it measured.
+ *  Errors: as ng_tuning_store_dtype, and NG_ERR_INVALID_VALUE for lo = 0, hi < lo or
+ *  hi ≥ 2^32. */
+NG_API ng_status ng_tuning_store_range(ng_context *ctx, const char *kind, ng_dtype dtype,
+                                       size_t lo, size_t hi, const unsigned *values,
+                                       const char *comment);
 /** The values the tables give calls of `kind` with x of `dtype` (f32, f16 or bf16) and rows of
- *  n elements, as this context loaded them: its `tuning.txt` line (that dtype's, else the
- *  bucket's line for every dtype), else the built-in table's entry for this device (docs/tuning.md),
+ *  n elements, as this context loaded them: its `tuning.txt` line (the narrowest line of lengths
+ *  that holds n, that dtype's first; else the bucket's line, that dtype's, else every dtype's),
+ *  else the built-in table's entry for this device (docs/tuning.md),
  *  before the overrides and the rules. `values[NG_TUNE_*]` (7 entries, index 0 unused) get them,
  *  0 where the line leaves a parameter to the rules; `*found` is 1 if a line or entry applies, 0
  *  if none does or NG_TUNE_TABLE is 1 (then `values` are all 0). A frozen kind takes its

@@ -54,6 +54,7 @@ typedef struct ng_tuned_entry {
   int kind;       /* index into tuning.c's kind table */
   unsigned log2n; /* row-length bucket */
   int dtype;      /* the x dtype it serves (ng_dtype), or -1: every dtype */
+  unsigned lo, hi; /* rows of lo..hi elements alone (n=), before the bucket's; 0: the bucket */
   unsigned v[NG_TUNE_SLOTS];
 } ng_tuned_entry;
 

@@ -79,11 +79,14 @@ ng_status ng_tune_from_env(ng_context *ctx) {
 /* ---- the tuned-parameter table ------------------------------------------------------------------
  * `<cache folder>/tuning.txt`, written by ng_tuning_store (normgrad-cli tune) and read when a
  * context is created. One line per device, kernel kind, row-length bucket (floor(log2 n)) and,
- * where the line names one, x dtype:
- *   ng-tune-1 DEVICE-ID KIND LOG2N [dtype=bf16] wg=.. groups=.. vec=.. reg=.. prefetch=..  # …
+ * where the line names one, x dtype and row lengths:
+ *   ng-tune-1 DEVICE-ID KIND LOG2N [dtype=bf16] [n=LO[-HI]] wg=.. groups=.. vec=.. reg=.. …  # …
  * A line without a dtype serves every dtype (the only kind before 2026-11-29); one with a dtype
  * comes first for that dtype: on the H200 one launch measured 6 % faster in bf16 and 25 % and
- * 46 % slower in f16 and f32 (docs/tuning.md, "The built-in table"). DEVICE-ID hashes the
+ * 46 % slower in f16 and f32 (docs/tuning.md, "The built-in table"). A line with n= serves rows
+ * of LO..HI elements alone (LOG2N is LO's bucket) and comes before the bucket's lines: in one
+ * bucket the H200's LayerNorm backward on split rows of 128 measured 4.9 % faster at 18432 and
+ * 28.9 % slower at 17408, so `tune` stores the length it measured. DEVICE-ID hashes the
  * platform, device and driver (the disk cache's device key), so a driver update retires old
  * entries. Lines that do not parse, or name values the device cannot take, are ignored: a
  * damaged file costs speed, never a failed call. */
@@ -135,10 +138,27 @@ static bool line_dtype_ok(ng_dtype d) {
   return false;
 }
 
+/* " n=LO" or " n=LO-HI" at *p (advanced past it): rows of LO..HI elements, LO in bucket log2n;
+ * none: *lo = *hi = 0. False when it is there but malformed. */
+static bool parse_rows(const char **p, unsigned log2n, unsigned *lo, unsigned *hi) {
+  *lo = *hi = 0;
+  if (strncmp(*p, " n=", 3)) return true;
+  *p += 3;
+  if (!parse_uint(p, UINT_MAX, lo)) return false;
+  *hi = *lo;
+  if (**p == '-') {
+    (*p)++;
+    if (!parse_uint(p, UINT_MAX, hi)) return false;
+  }
+  return *lo >= 1 && *hi >= *lo && log2_floor(*lo) == log2n &&
+         (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r' || !**p);
+}
+
 /* Parse one line; true when it is an entry for device `id` with valid values (*dtype -1 when
  * the line names none). */
 static bool parse_line(const ng_context *ctx, const char *line, const char *id, int *kind,
-                       unsigned *log2n, int *dtype, unsigned v[NG_TUNE_SLOTS]) {
+                       unsigned *log2n, int *dtype, unsigned *lo, unsigned *hi,
+                       unsigned v[NG_TUNE_SLOTS]) {
   char dev[32], kname[40];
   int used = 0;
   if (sscanf(line, "ng-tune-1 %31s %39s %n", dev, kname, &used) != 2 || used == 0) return false;
@@ -159,6 +179,7 @@ static bool parse_line(const ng_context *ctx, const char *line, const char *id, 
     *dtype = (int)line_dtypes[i];
     p += len;
   }
+  if (!parse_rows(&p, *log2n, lo, hi)) return false; /* after the dtype: part of the key too */
   memset(v, 0, sizeof(unsigned) * NG_TUNE_SLOTS);
   for (;;) {
     const char *item = p;
@@ -217,7 +238,7 @@ void ng_tuning_load(ng_context *ctx) {
     }
     ng_tuned_entry e;
     int kind;
-    if (!parse_line(ctx, line, id, &kind, &e.log2n, &e.dtype, e.v)) continue;
+    if (!parse_line(ctx, line, id, &kind, &e.log2n, &e.dtype, &e.lo, &e.hi, e.v)) continue;
     e.kind = kind;
     ng_tuned_entry *grown = realloc(ctx->tuned, (ctx->n_tuned + 1) * sizeof *grown);
     if (!grown) break;
@@ -225,7 +246,8 @@ void ng_tuning_load(ng_context *ctx) {
     /* a later line for the same key wins */
     size_t i = 0;
     while (i < ctx->n_tuned && !(ctx->tuned[i].kind == e.kind && ctx->tuned[i].log2n == e.log2n &&
-                                 ctx->tuned[i].dtype == e.dtype))
+                                 ctx->tuned[i].dtype == e.dtype && ctx->tuned[i].lo == e.lo &&
+                                 ctx->tuned[i].hi == e.hi))
       i++;
     ctx->tuned[i] = e;
     if (i == ctx->n_tuned) ctx->n_tuned++;
@@ -394,24 +416,34 @@ const ng_builtin_tune *ng_tuning_builtin(size_t *count) {
   return builtin;
 }
 
-/* tuning.txt's line for (kind, the bucket of n, xd), else its line for every dtype */
+/* tuning.txt's line for kind and rows of n elements of xd: the narrowest line of lengths
+ * that holds n (xd's, else one for every dtype; of two as narrow the later), else the line of
+ * n's bucket (xd's, else every dtype's) */
 static bool file_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
                         unsigned v[NG_TUNE_SLOTS]) {
   const int k = kind_index(kind);
   if (k < 0) return false;
   const unsigned b = log2_floor(n ? n : 1);
-  const ng_tuned_entry *any = NULL; /* a line for every dtype, if none names this one */
+  /* the best line of each rank: 0 lengths and xd, 1 lengths, 2 bucket and xd, 3 bucket */
+  const ng_tuned_entry *best[4] = {NULL, NULL, NULL, NULL};
   for (size_t i = 0; i < ctx->n_tuned; i++) {
     const ng_tuned_entry *e = &ctx->tuned[i];
-    if (e->kind != k || e->log2n != b) continue;
-    if (e->dtype == (int)xd) {
-      memcpy(v, e->v, sizeof(unsigned) * NG_TUNE_SLOTS);
+    if (e->kind != k || (e->dtype >= 0 && e->dtype != (int)xd)) continue;
+    const bool any = e->dtype < 0;
+    if (e->lo) {
+      if (n < e->lo || n > e->hi) continue;
+      const ng_tuned_entry **r = &best[any ? 1 : 0];
+      if (!*r || e->hi - e->lo <= (*r)->hi - (*r)->lo) *r = e;
+    } else if (e->log2n == b) {
+      best[any ? 3 : 2] = e;
+    }
+  }
+  for (int r = 0; r < 4; r++)
+    if (best[r]) {
+      memcpy(v, best[r]->v, sizeof(unsigned) * NG_TUNE_SLOTS);
       return true;
     }
-    if (e->dtype < 0) any = e;
-  }
-  if (any) memcpy(v, any->v, sizeof(unsigned) * NG_TUNE_SLOTS);
-  return any != NULL;
+  return false;
 }
 
 static bool builtin_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_t n,
@@ -437,15 +469,20 @@ bool ng_tuned_lookup(const ng_context *ctx, const char *kind, ng_dtype xd, size_
          builtin_lookup(ctx, kind, xd, n, v) || (parent && builtin_lookup(ctx, parent, xd, n, v));
 }
 
-/* dtype -1: a line for every dtype */
-static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n,
+/* dtype -1: a line for every dtype; hi 0: for n's bucket, else for rows of n..hi elements */
+static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n, size_t hi,
                        const unsigned *values, const char *comment) {
   if (!ctx || !values) return ng_fail(NG_ERR_NULL_HANDLE, "ctx or values is NULL");
   if (kind_index(kind) < 0)
     return ng_fail(NG_ERR_INVALID_VALUE, "unknown kernel kind '%s'", kind ? kind : "(null)");
   if (n == 0) return ng_fail(NG_ERR_INVALID_VALUE, "row length is 0");
-  char line[512], id[17], dt[16] = "";
-  if (dtype >= 0) snprintf(dt, sizeof dt, " dtype=%s", ng_dtype_name((ng_dtype)dtype));
+  if (hi && (hi < n || hi > UINT_MAX))
+    return ng_fail(NG_ERR_INVALID_VALUE, "row lengths %zu..%zu: not a range of row lengths", n, hi);
+  char line[512], id[17], dt[48] = "";
+  int dl = 0;
+  if (dtype >= 0) dl = snprintf(dt, sizeof dt, " dtype=%s", ng_dtype_name((ng_dtype)dtype));
+  if (hi == n) snprintf(dt + dl, sizeof dt - (size_t)dl, " n=%zu", n);
+  else if (hi) snprintf(dt + dl, sizeof dt - (size_t)dl, " n=%zu-%zu", n, hi);
   ng_tuning_device_id(ctx, id);
   int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u%s", id, kind, log2_floor(n), dt);
   for (size_t k = 0; k < NG_ARRAY_LEN(tune_names); k++)
@@ -458,12 +495,13 @@ static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n,
     return ng_fail(NG_ERR_INVALID_VALUE, "tuning comment too long");
   {
     int kk, d;
-    unsigned b, v[NG_TUNE_SLOTS];
-    if (!parse_line(ctx, line, id, &kk, &b, &d, v))
+    unsigned b, l, h, v[NG_TUNE_SLOTS];
+    if (!parse_line(ctx, line, id, &kk, &b, &d, &l, &h, v))
       return ng_fail(NG_ERR_INVALID_VALUE, "values the device cannot take");
   }
   /* the key: a line for one dtype replaces that dtype's line; a line for every dtype replaces
-   * all of the bucket's lines (every older key starts with its key) */
+   * all of the bucket's lines, and a bucket's line those of its lengths (every older key
+   * starts with its key); a line of lengths replaces that range's alone */
   char key[128];
   snprintf(key, sizeof key, "ng-tune-1 %s %s %u%s ", id, kind, log2_floor(n), dt);
   return ng_tuning_write_line(ctx, key, line);
@@ -472,7 +510,7 @@ static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n,
 ng_status ng_tuning_store(ng_context *ctx, const char *kind, size_t n, const unsigned *values,
                           const char *comment) {
   ng_clear_detail();
-  return store(ctx, kind, -1, n, values, comment);
+  return store(ctx, kind, -1, n, 0, values, comment);
 }
 
 ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtype, size_t n,
@@ -480,7 +518,18 @@ ng_status ng_tuning_store_dtype(ng_context *ctx, const char *kind, ng_dtype dtyp
   ng_clear_detail();
   if (!line_dtype_ok(dtype))
     return ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "the row kernels take f32, f16 or bf16 x");
-  return store(ctx, kind, (int)dtype, n, values, comment);
+  return store(ctx, kind, (int)dtype, n, 0, values, comment);
+}
+
+ng_status ng_tuning_store_range(ng_context *ctx, const char *kind, ng_dtype dtype, size_t lo,
+                                size_t hi, const unsigned *values, const char *comment) {
+  ng_clear_detail();
+  if (!line_dtype_ok(dtype))
+    return ng_fail(NG_ERR_UNSUPPORTED_DTYPE, "the row kernels take f32, f16 or bf16 x");
+  if (lo == 0 || hi < lo)
+    return ng_fail(NG_ERR_INVALID_VALUE, "row lengths %zu..%zu: not a range of row lengths", lo,
+                   hi);
+  return store(ctx, kind, (int)dtype, lo, hi, values, comment);
 }
 
 ng_status ng_tuning_lookup(const ng_context *ctx, const char *kind, ng_dtype dtype, size_t n,

@@ -1,7 +1,7 @@
 /* The tuned-parameter table (tuning.txt) and NORMGRAD_TUNE: what ng_tuning_store writes, later
  * contexts on the device use (seen through the RMSNorm scratch size, which is groups·4·n bytes);
  * overrides beat the table; NG_TUNE_TABLE=1 ignores it; a line of one dtype comes before one for
- * every dtype; damaged, foreign or unsafe lines are ignored, never fatal; ng_tuning_lookup
+ * every dtype, and a line of row lengths before the bucket's; damaged, foreign or unsafe lines are ignored, never fatal; ng_tuning_lookup
  * reports what the tables give; a malformed NORMGRAD_TUNE fails context creation with a clear
  * status. */
 #include "common/ng_test.h"
@@ -166,6 +166,17 @@ static void test_damaged_file(void **st) {
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 dtype= groups=3\n", id);
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 dtype=bf16groups=3\n", id);
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=3 dtype=bf16\n", id);
+  /* row lengths that are no range, not in the line's bucket, or not where the key has them */
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=0 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=1000-999 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 10 n=1000 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=1000x groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n= groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=1000- groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=-1000 groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=1000groups=3\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=3 n=1000\n", id);
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 n=1000 dtype=bf16 groups=3\n", id);
   fprintf(f, "garbage\n\n#comment\n");
   fclose(f);
   chmod(p, 0600);
@@ -238,6 +249,73 @@ static void test_dtype_lines(void **st) {
   NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, NULL)); /* every dtype: replaces all three */
   assert_int_equal(lines_in_file(), 1);
   assert_int_equal(tuned_groups(NG_F16), 4);
+  ng_context_release(c);
+}
+
+/* The groups a later context's table gives calls of dtype d at n (0: none) */
+static unsigned tuned_groups_at(ng_dtype d, size_t n) {
+  ng_context *c = fresh();
+  unsigned v[NG_TUNE_SLOTS] = {0};
+  const unsigned g = ng_tuned_lookup(c, "rmsnorm.bwd", d, n, v) ? v[NG_TUNE_GROUPS] : 0;
+  ng_context_release(c);
+  return g;
+}
+
+/* Lines of row lengths (ng_tuning_store_range, what `normgrad-cli tune` stores: the length it
+ * measured) serve those lengths alone and come before the bucket's lines, the narrowest first;
+ * a store of the same lengths replaces its line, a store of the bucket its lines of lengths. */
+static void test_length_lines(void **st) {
+  (void)st;
+  ng_context *c = fresh();
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 5;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 600, v, NULL)); /* 512..1023 */
+  v[NG_TUNE_GROUPS] = 3;
+  NG_OK(ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 1000, 1000, v, "one length"));
+  v[NG_TUNE_GROUPS] = 7;
+  NG_OK(ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 900, 1010, v, NULL));
+  assert_int_equal(lines_in_file(), 3);
+  assert_int_equal(tuned_groups_at(NG_BF16, 1000), 3); /* the narrowest that holds it */
+  assert_int_equal(tuned_groups_at(NG_BF16, 950), 7);
+  assert_int_equal(tuned_groups_at(NG_BF16, 1011), 5); /* the bucket's */
+  assert_int_equal(tuned_groups_at(NG_BF16, 899), 5);
+  assert_int_equal(tuned_groups_at(NG_F16, 1000), 0); /* bf16's lines alone */
+  assert_int_equal(tuned_groups_at(NG_BF16, 1024), 0); /* the next bucket */
+  v[NG_TUNE_GROUPS] = 4;
+  NG_OK(ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 1000, 1000, v, NULL)); /* replaces 3 */
+  assert_int_equal(lines_in_file(), 3);
+  assert_int_equal(tuned_groups_at(NG_BF16, 1000), 4);
+  /* a range across buckets is keyed by its first; the line serves all of it */
+  v[NG_TUNE_GROUPS] = 6;
+  NG_OK(ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 1020, 2000, v, NULL));
+  assert_int_equal(tuned_groups_at(NG_BF16, 1500), 6);
+  assert_int_equal(tuned_groups_at(NG_BF16, 1015), 5);
+  /* the bucket's store replaces its lines of lengths (1020..2000 starts in it too) */
+  v[NG_TUNE_GROUPS] = 8;
+  NG_OK(ng_tuning_store_dtype(c, "rmsnorm.bwd", NG_BF16, 700, v, NULL));
+  assert_int_equal(lines_in_file(), 1);
+  assert_int_equal(tuned_groups_at(NG_BF16, 1000), 8);
+  assert_int_equal(tuned_groups_at(NG_BF16, 1500), 0);
+  /* the scratch follows a line of lengths as it follows a bucket's (every dtype asked) */
+  v[NG_TUNE_GROUPS] = 40;
+  NG_OK(ng_tuning_store_range(c, "rmsnorm.bwd", NG_F32, 1000, 1000, v, NULL));
+  ng_context_release(c);
+  c = fresh();
+  assert_int_equal(scratch(c, 1000), 40 * 4 * 1000);
+  NG_EXPECT_STATUS(ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 0, 10, v, NULL),
+                   NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 1000, 999, v, NULL),
+                   NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(
+      ng_tuning_store_range(c, "rmsnorm.bwd", NG_BF16, 1000, (size_t)1 << 32, v, NULL),
+      NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_tuning_store_range(c, "rmsnorm.bwd", NG_I32, 1000, 1000, v, NULL),
+                   NG_ERR_UNSUPPORTED_DTYPE);
+  NG_EXPECT_STATUS(ng_tuning_store_range(NULL, "rmsnorm.bwd", NG_BF16, 1000, 1000, v, NULL),
+                   NG_ERR_NULL_HANDLE);
+  NG_EXPECT_STATUS(ng_tuning_store_range(c, "nosuch", NG_BF16, 1000, 1000, v, NULL),
+                   NG_ERR_INVALID_VALUE);
+  assert_int_equal(lines_in_file(), 2);
   ng_context_release(c);
 }
 
@@ -382,6 +460,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_store, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged_file, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dtype_lines, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_length_lines, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lookup, setup, teardown),
       cmocka_unit_test_setup_teardown(test_env, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gemm_tuning_args, setup, teardown),

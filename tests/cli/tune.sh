@@ -150,16 +150,31 @@ assert len(frozen) == (1 if d["frozen_grid"] else 0), (d, lines)
 for l in frozen:
     assert not any(f" {k}=" in l for k in ("wg", "reg", "vec")), l
     assert " groups=" in l or " prefetch=" in l, l
+    assert " dtype=bf16 n=1000 " in l, l  # the tuned length alone, as the backward's
+assert d["bucket"] is False, d
 PY
 if grep -q '"stored":true' "$T/out"; then
-  # the line is the tuned dtype's (bf16, tune's default)
-  grep -q "rmsnorm.bwd 9 dtype=bf16 " "$T/cache/tuning.txt" ||
-    fail "stored: yes but no bf16 rmsnorm.bwd line: $(cat "$T/cache/tuning.txt")"
+  # the line is the tuned dtype's (bf16, tune's default) and the tuned length's alone
+  grep -q "rmsnorm.bwd 9 dtype=bf16 n=1000 " "$T/cache/tuning.txt" ||
+    fail "stored: yes but no bf16 rmsnorm.bwd line for n=1000: $(cat "$T/cache/tuning.txt")"
   # the stored values are used: a run with them still computes what the default computes
   expect 0 "$CLI" bench rmsnorm --rows 32 --hidden 1000 --dtype bf16
 else
   [ -e "$T/cache/tuning.txt" ] && grep -q "rmsnorm.bwd" "$T/cache/tuning.txt" &&
     fail "stored: false but tuning.txt has the line"
 fi
+# --bucket: the line serves the bucket (no n=), and replaces the bucket's lines of lengths
+NORMGRAD_CACHE_DIR="$T/cache3" expect 0 "$CLI" tune rmsnorm --hidden 1000 --pass backward \
+  --total 32768 --json --bucket
+python3 - "$T/out" "$T/cache3/tuning.txt" <<'PY' || fail "--bucket: $(cat "$T/out")"
+import json, os, sys
+d = json.loads(open(sys.argv[1]).read())
+assert d["bucket"] is True, d
+lines = open(sys.argv[2]).read().splitlines() if os.path.exists(sys.argv[2]) else []
+keys = [l.split("#")[0] for l in lines if " rmsnorm.bwd" in l]
+assert len(keys) == (0 if not d["stored"] else 2 if d["frozen_grid"] else 1), (d, lines)
+for k in keys:
+    assert " dtype=bf16 " in k and " n=" not in k, k
+PY
 [ $fails = 0 ] && echo "tune.sh: all checks passed"
 exit $fails
