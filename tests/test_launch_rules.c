@@ -694,6 +694,17 @@ static void test_builtin_launches(void **state) {
   assert_true(l.prefetch);
   assert_false(ng_layernorm_bwd_plan(h1, 5461, 6144, NG_BF16, false, false, &l, &c1));
   assert_int_equal(l.groups, 5461);
+  /* PolyNorm's 16-bit forward at 12288 split on slices of 128, four groups a compute unit,
+   * where the rules hold the row (13312 and the H100 too) */
+  for (int d = 0; d < 2; d++) {
+    const ng_dtype xd = d ? NG_F16 : NG_BF16;
+    assert_true(ng_polynorm_fwd_plan(h2, 2730, 12288, xd, &c2));
+    assert_int_equal(c2.l.wg, 128);
+    assert_int_equal(c2.l.groups, 528 / c2.slices * c2.slices);
+    assert_true(c2.l.prefetch);
+    assert_false(ng_polynorm_fwd_plan(h2, 2520, 13312, xd, &c2));
+    assert_false(ng_polynorm_fwd_plan(h1, 2730, 12288, xd, &c1));
+  }
   /* PolyNorm's forward at 18432 on slices of 128 x 4 */
   assert_true(ng_polynorm_fwd_plan(h2, 1820, 18432, NG_BF16, &c2));
   assert_true(ng_polynorm_fwd_plan(h1, 1820, 18432, NG_BF16, &c1));

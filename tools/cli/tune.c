@@ -26,7 +26,7 @@ const char cli_tune_usage[] =
     "  - candidates: work-group size, vector slots per work-item, group count and prefetch\n"
     "    (NVIDIA: each group's next row into L2; CPUs: the rows read from memory, 2 KB\n"
     "    ahead, or 512 B-8 KB on the default grid), chosen around the device's properties;\n"
-    "    on GPUs, rows too long for groups of two slots a work-item and too short to stream\n"
+    "    on GPUs, rows too long for groups of one slot a work-item and too short to stream\n"
     "    also try groups of 128-512 that split them, on 2-8 groups a compute unit;\n"
     "  - each candidate's outputs must match the built-in default's (relative 2^-6 for 16-bit\n"
     "    outputs, 1e-4 for f32); one that does not is rejected and reported;\n"
@@ -303,15 +303,16 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
   const size_t nvec = n / 8 ? n / 8 : 1;
   size_t top = 32;
   while (top * 2 <= maxwg && top < 1024) top *= 2;
-  /* Rows that no group of two slots a work-item holds and too short for the streamed shapes
-   * below (bf16 and f32 N = 16385-32768 on 1024-wide devices): the shapes that fit hold them in
-   * four slots (on the H200 38-127 % slower than the split at 18432, where timed), and the ops
-   * split them across groups instead, in slices of the group's size. So the scan also tries
-   * those groups, with the rules' slots, on grids of 2, 3, 4, 6 and 8 groups a compute unit.
-   * H200, bf16, RMSNorm's backward with dW at 18432 on groups of 128 with six a compute unit:
-   * -9.4 %, where no launch the scan had tried gained (docs/tuning.md, the built-in table's fifth
-   * round). */
-  const bool split_band = top >= 512 && nvec > top * 2 && nvec <= top * 4;
+  /* Rows that no group of one slot a work-item holds and too short for the streamed shapes
+   * below (bf16 and f32 N = 8193-32768 on 1024-wide devices): the shapes that fit hold them in
+   * two or four slots, and the ops split the longer ones across groups instead, in slices of the
+   * group's size. So the scan also tries those groups, with the rules' slots, on grids of 2, 3,
+   * 4, 6 and 8 groups a compute unit. H200, bf16: RMSNorm's backward with dW at 18432 on groups
+   * of 128 with six a compute unit -9.4 %, where no launch the scan had tried gained (1024 x 4
+   * 38-127 % slower; the table's fifth round); PolyNorm's forward at 8704-12288, which the rules
+   * hold in 1024 x 2, split on groups of 128 with four a compute unit -8.4 to -15.0 % (the
+   * sixth round's last entry, found by hand: the band began at 16385 then). */
+  const bool split_band = top >= 512 && nvec > top && nvec <= top * 4;
   /* The frozen scan's grids also take every grid a backward's candidate may give the frozen
    * pass with its line (tune_one: one group a compute unit, and 3 and 6 in the band), so that
    * the frozen scan after it can find that grid again. */
