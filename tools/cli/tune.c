@@ -367,6 +367,13 @@ static void report_rejected(const cli_op *op, size_t n, const char *pass, const 
   fprintf(stderr, "normgrad-cli: tune %s N=%zu %s: %s rejected: %s\n", op->name, n, pass, d, why);
 }
 
+/* What the command line asks of every (N, pass) */
+typedef struct tune_opts {
+  ng_dtype dt;
+  double slack; /* --frozen-slack, NAN = off */
+  bool dry, bucket, json;
+} tune_opts;
+
 /* tuning.txt's line for the tuned dtype and N alone, or with `bucket` for N's bucket */
 static ng_status store_line(ng_context *ctx, const char *kind, ng_dtype dt, size_t n, bool bucket,
                             const unsigned v[7], const char *comment) {
@@ -379,8 +386,11 @@ static ng_status store_line(ng_context *ctx, const char *kind, ng_dtype dt, size
  * at run time. `chosen` gets the values stored (or, with --dry-run, that would be): zeros when
  * none. Returns an exit code; prints its report. */
 static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t n, size_t rows,
-                    ng_dtype dt, const char *pass, double slack, const unsigned *shape,
-                    unsigned chosen[7], bool dry, bool bucket, bool json) {
+                    const tune_opts *to, const char *pass, const unsigned *shape,
+                    unsigned chosen[7]) {
+  const ng_dtype dt = to->dt;
+  const double slack = to->slack;
+  const bool dry = to->dry, json = to->json;
   char err[1024] = "", kind[64];
   const bool frozen = !strcmp(pass, "frozen"), fwd = !strcmp(pass, "forward");
   snprintf(kind, sizeof kind, "%s.%s", t->op,
@@ -535,13 +545,13 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   }
   if (store && dry) stored = "no (--dry-run)";
   else if (store) {
-    s = store_line(env->ctx, kind, dt, n, bucket, chosen, comment);
+    s = store_line(env->ctx, kind, dt, n, to->bucket, chosen, comment);
     if (s == NG_SUCCESS && frozen_grid) { /* its line: the grid and prefetch alone */
       unsigned fz[7] = {0};
       char fkind[64];
       copy_grid(fz, chosen);
       snprintf(fkind, sizeof fkind, "%s.bwd_frozen", t->op);
-      s = store_line(env->ctx, fkind, dt, n, bucket, fz, "the grid of the backward's line");
+      s = store_line(env->ctx, fkind, dt, n, to->bucket, fz, "the grid of the backward's line");
     }
     if (s != NG_SUCCESS) {
       rc = cli_fail_status(s, "tune: store", err, sizeof err);
@@ -558,7 +568,7 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
            op->name, kind, pass, n, rows, ng_dtype_name(dt), nc, rejected, def, win, def / win, d,
            dc, store ? won_ratio : 1.0, store && !dry ? "true" : "false", worst_ok, kept_out,
            store ? inh_worst : 1.0, store && frozen_grid ? "true" : "false",
-           bucket ? "true" : "false");
+           to->bucket ? "true" : "false");
   else
     printf("%-18s %-9s N=%-6zu %3d candidates (%d rejected)  default %.4f ms  best %.4f ms "
            "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s%s%s\n",
@@ -693,6 +703,7 @@ int cli_cmd_tune(int argc, char **argv) {
                      "tuned values are stored there — set a folder or use --dry-run");
   }
   if (!json && !dry) printf("tuned values go to %s/tuning.txt\n", dir);
+  const tune_opts to = {dt, slack, dry, bucket, json};
   for (int i = 0; i < nn && !rc; i++) {
     size_t rows = (size_t)total / ns[i];
     if (rows == 0) rows = 1;
@@ -706,8 +717,7 @@ int cli_cmd_tune(int argc, char **argv) {
       copy_shape(shape, got);
     bool have_shape = has_shape(shape);
     for (int k = 0; k < np && !rc; k++) {
-      rc = tune_one(&env, op, t, ns[i], rows, dt, passes[k], slack, have_shape ? shape : NULL,
-                    chosen, dry, bucket, json);
+      rc = tune_one(&env, op, t, ns[i], rows, &to, passes[k], have_shape ? shape : NULL, chosen);
       if (!rc && !strcmp(passes[k], "backward") && has_shape(chosen)) {
         copy_shape(shape, chosen);
         have_shape = true;
