@@ -138,6 +138,9 @@ static bool line_dtype_ok(ng_dtype d) {
   return false;
 }
 
+/* Whether c ends an item of a line (a dtype's name, a range of lengths) */
+static bool item_end(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || !c; }
+
 /* " n=LO" or " n=LO-HI" at *p (advanced past it): rows of LO..HI elements, LO in bucket log2n;
  * none: *lo = *hi = 0. False when it is there but malformed. */
 static bool parse_rows(const char **p, unsigned log2n, unsigned *lo, unsigned *hi) {
@@ -150,8 +153,7 @@ static bool parse_rows(const char **p, unsigned log2n, unsigned *lo, unsigned *h
     (*p)++;
     if (!parse_uint(p, UINT_MAX, hi)) return false;
   }
-  return *lo >= 1 && *hi >= *lo && log2_floor(*lo) == log2n &&
-         (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r' || !**p);
+  return *lo >= 1 && *hi >= *lo && log2_floor(*lo) == log2n && item_end(**p);
 }
 
 /* Parse one line; true when it is an entry for device `id` with valid values (*dtype -1 when
@@ -171,8 +173,7 @@ static bool parse_line(const ng_context *ctx, const char *line, const char *id, 
     size_t i = 0, len = 0;
     for (; i < NG_ARRAY_LEN(line_dtypes); i++) {
       len = strlen(ng_dtype_name(line_dtypes[i]));
-      if (!strncmp(p, ng_dtype_name(line_dtypes[i]), len) &&
-          (p[len] == ' ' || p[len] == '\t' || p[len] == '\n' || p[len] == '\r' || !p[len]))
+      if (!strncmp(p, ng_dtype_name(line_dtypes[i]), len) && item_end(p[len]))
         break;
     }
     if (i == NG_ARRAY_LEN(line_dtypes)) return false;
@@ -485,13 +486,13 @@ static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n, s
   if (n == 0) return ng_fail(NG_ERR_INVALID_VALUE, "row length is 0");
   if (hi && (hi < n || hi > UINT_MAX))
     return ng_fail(NG_ERR_INVALID_VALUE, "row lengths %zu..%zu: not a range of row lengths", n, hi);
-  char line[512], id[17], dt[48] = "";
+  char line[512], id[17], tail[48] = ""; /* the key after the bucket: dtype, lengths */
   int dl = 0;
-  if (dtype >= 0) dl = snprintf(dt, sizeof dt, " dtype=%s", ng_dtype_name((ng_dtype)dtype));
-  if (hi == n) snprintf(dt + dl, sizeof dt - (size_t)dl, " n=%zu", n);
-  else if (hi) snprintf(dt + dl, sizeof dt - (size_t)dl, " n=%zu-%zu", n, hi);
+  if (dtype >= 0) dl = snprintf(tail, sizeof tail, " dtype=%s", ng_dtype_name((ng_dtype)dtype));
+  if (hi == n) snprintf(tail + dl, sizeof tail - (size_t)dl, " n=%zu", n);
+  else if (hi) snprintf(tail + dl, sizeof tail - (size_t)dl, " n=%zu-%zu", n, hi);
   ng_tuning_device_id(ctx, id);
-  int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u%s", id, kind, log2_floor(n), dt);
+  int len = snprintf(line, sizeof line, "ng-tune-1 %s %s %u%s", id, kind, log2_floor(n), tail);
   for (size_t k = 0; k < NG_ARRAY_LEN(tune_names); k++)
     if (values[tune_names[k].what])
       len += snprintf(line + len, sizeof line - (size_t)len, " %s=%u", tune_names[k].name,
@@ -510,7 +511,7 @@ static ng_status store(ng_context *ctx, const char *kind, int dtype, size_t n, s
    * all of the bucket's lines, and a bucket's line those of its lengths (every older key
    * starts with its key); a line of lengths replaces that range's alone */
   char key[128];
-  snprintf(key, sizeof key, "ng-tune-1 %s %s %u%s ", id, kind, log2_floor(n), dt);
+  snprintf(key, sizeof key, "ng-tune-1 %s %s %u%s ", id, kind, log2_floor(n), tail);
   return ng_tuning_write_line(ctx, key, line);
 }
 
