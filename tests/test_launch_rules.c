@@ -747,6 +747,44 @@ static void test_builtin_launches(void **state) {
   assert_int_not_equal(l.wg, 128);
   l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, 1820, 18432, true, fw);
   assert_int_not_equal(l.wg, 128);
+  /* the seventh round: PolyNorm's 16-bit backward at 8704-14336 on slices of 128 as at 18432,
+   * in every pass (the frozen line needs the shape of the line with dW up to 14336); 16384 and
+   * the H100 keep the rules' two slices of 256 */
+  for (int g = 0; g < 6; g++) {
+    const bool dw = g % 3 == 0, db = g % 3 < 2, fz = g % 3 == 2;
+    const ng_dtype xd = g < 3 ? NG_BF16 : NG_F16;
+    const size_t ns[] = {8704, 10240, 14336};
+    for (size_t i = 0; i < 3; i++) {
+      assert_true(ng_polynorm_bwd_plan(h2, (1u << 25) / ns[i], ns[i], xd, dw, db, &l, &c2));
+      assert_int_equal(c2.l.wg, 128);
+      assert_int_equal(c2.l.groups, (fz ? 792 : 528) / c2.slices * c2.slices);
+      assert_true(c2.l.prefetch);
+    }
+    assert_true(ng_polynorm_bwd_plan(h2, 2048, 16384, xd, dw, db, &l, &c2));
+    assert_int_equal(c2.l.wg, 256);
+    assert_true(ng_polynorm_bwd_plan(h1, 3276, 10240, xd, dw, db, &l, &c1));
+    assert_int_equal(c1.l.wg, 256);
+  }
+  /* ... and RMSNorm's 16-bit forward at 8704-12288 on 512 x 4, two groups a compute unit to
+   * 10240 and eight beyond; 13312, f32 and the H100 keep the rules' */
+  for (int d = 0; d < 2; d++) {
+    const ng_dtype xd = d ? NG_F16 : NG_BF16;
+    const size_t ns[] = {8704, 10240, 11264, 12288};
+    for (size_t i = 0; i < 4; i++) {
+      l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", xd, (1u << 25) / ns[i], ns[i], true, fw);
+      assert_int_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+      assert_int_equal(l.groups, i < 2 ? 264 : 1056);
+      assert_true(l.prefetch);
+      l = ng_choose_row_launch_k(h1, "rmsnorm.fwd", xd, (1u << 25) / ns[i], ns[i], true, fw);
+      assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+    }
+    l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", xd, 2520, 13312, true, fw);
+    assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+  }
+  l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 3276, 10240, true,
+                             NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
+  assert_int_equal(l.groups, 1056); /* the f32 entry at 9216-16384 */
+  assert_false(l.prefetch);
   ng_context_release(h2);
   ng_context_release(h1);
 }
