@@ -423,10 +423,17 @@ static const ng_builtin_tune builtin[] = {
     {H200, "polynorm.bwd", X16, 8704, 14336, NG_BUILTIN_V(128, 528, 0, 2)},
     {H200, "polynorm.bwd_frozen", X16, 8704, 14336, NG_BUILTIN_V(0, 792, 0, 2)},
     /* RMSNorm's forward on 512 x 4 instead of 1024 x 2, two groups a compute unit at
-     * 8704-10240 (bf16 -11.5, -9.8, -9.2 %), eight at 11264-12288 (-5.3, -3.1 %; two groups
-     * -4.7, -1.7 %); 13312 and longer lost 0.3-6.5 % on either grid */
-    {H200, "rmsnorm.fwd", X16, 8704, 10240, NG_BUILTIN_V(512, 264, 4, 2)},
-    {H200, "rmsnorm.fwd", X16, 11264, 12288, NG_BUILTIN_V(512, 1056, 4, 2)},
+     * 8704-10240 (bf16 -11.5, -9.8, -9.2 %), eight at 11264-12288 (-5.3, -3.1 %, then -4.4,
+     * -4.1 % through this table; two groups -4.7, -1.7 %); 13312 and longer lost 0.3-6.5 % on
+     * either grid, f16 7.5-15 % at 8704-12288, so bf16 alone */
+    {H200, "rmsnorm.fwd", BF16, 8704, 10240, NG_BUILTIN_V(512, 264, 4, 2)},
+    {H200, "rmsnorm.fwd", BF16, 11264, 12288, NG_BUILTIN_V(512, 1056, 4, 2)},
+    /* the fused add's backward, held by the rules in two slices of 256 x 4, on three of 128 x 4
+     * with three groups a compute unit: bf16 -9.6, -7.6, -4.6, -3.1 % at 9216, 10240, 11264,
+     * 12288 (14336 -0.3 % under the override); frozen on that shape with four groups a compute
+     * unit and no prefetch -8.0, -6.6, -3.1, -4.6 % (14336 +2.3 %) */
+    {H200, "fused-add-rmsnorm.bwd", BF16, 9216, 12288, NG_BUILTIN_V(128, 396, 0, 2)},
+    {H200, "fused-add-rmsnorm.bwd_frozen", BF16, 9216, 12288, NG_BUILTIN_V(0, 528, 0, 1)},
 };
 #undef H200
 #undef BF16

@@ -765,21 +765,43 @@ static void test_builtin_launches(void **state) {
     assert_true(ng_polynorm_bwd_plan(h1, 3276, 10240, xd, dw, db, &l, &c1));
     assert_int_equal(c1.l.wg, 256);
   }
-  /* ... and RMSNorm's 16-bit forward at 8704-12288 on 512 x 4, two groups a compute unit to
-   * 10240 and eight beyond; 13312, f32 and the H100 keep the rules' */
-  for (int d = 0; d < 2; d++) {
-    const ng_dtype xd = d ? NG_F16 : NG_BF16;
-    const size_t ns[] = {8704, 10240, 11264, 12288};
-    for (size_t i = 0; i < 4; i++) {
-      l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", xd, (1u << 25) / ns[i], ns[i], true, fw);
-      assert_int_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
-      assert_int_equal(l.groups, i < 2 ? 264 : 1056);
-      assert_true(l.prefetch);
-      l = ng_choose_row_launch_k(h1, "rmsnorm.fwd", xd, (1u << 25) / ns[i], ns[i], true, fw);
-      assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
-    }
-    l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", xd, 2520, 13312, true, fw);
+  /* ... and RMSNorm's bf16 forward at 8704-12288 on 512 x 4, two groups a compute unit to
+   * 10240 and eight beyond; 13312, f16, f32 and the H100 keep the rules' */
+  const size_t rn[] = {8704, 10240, 11264, 12288};
+  for (size_t i = 0; i < 4; i++) {
+    const size_t rows = (1u << 25) / rn[i];
+    l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_BF16, rows, rn[i], true, fw);
+    assert_int_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+    assert_int_equal(l.groups, i < 2 ? 264 : 1056);
+    assert_true(l.prefetch);
+    l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F16, rows, rn[i], true, fw);
     assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+    l = ng_choose_row_launch_k(h1, "rmsnorm.fwd", NG_BF16, rows, rn[i], true, fw);
+    assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+  }
+  l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_BF16, 2520, 13312, true, fw);
+  assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
+  /* ... and the fused add's bf16 backward at 9216-12288 on three slices of 128, three groups a
+   * compute unit with dW, four without the prefetch frozen (the same shape: dx's bits); 8704,
+   * 13312, f16 and the H100 keep two slices of 256 */
+  for (int dw = 0; dw < 2; dw++) {
+    const size_t fn[] = {9216, 10240, 12288};
+    for (size_t i = 0; i < 3; i++) {
+      const size_t rows = (1u << 25) / fn[i];
+      assert_true(ng_rmsnorm_bwd_plan(h2, rows, fn[i], NG_BF16, true, true, dw, &l, &c2));
+      assert_int_equal(c2.l.wg, 128);
+      assert_int_equal(c2.slices, 3);
+      assert_int_equal(c2.l.groups, (dw ? 396 : 528) / c2.slices * c2.slices);
+      assert_int_equal(c2.l.prefetch, dw);
+      assert_true(ng_rmsnorm_bwd_plan(h2, rows, fn[i], NG_F16, true, true, dw, &l, &c2));
+      assert_int_equal(c2.l.wg, 256);
+      assert_true(ng_rmsnorm_bwd_plan(h1, rows, fn[i], NG_BF16, true, true, dw, &l, &c1));
+      assert_int_not_equal(c1.l.wg, 128);
+    }
+    assert_true(ng_rmsnorm_bwd_plan(h2, 3855, 8704, NG_BF16, true, true, dw, &l, &c2));
+    assert_int_equal(c2.l.wg, 256);
+    assert_true(ng_rmsnorm_bwd_plan(h2, 2520, 13312, NG_BF16, true, true, dw, &l, &c2));
+    assert_int_equal(c2.l.wg, 256);
   }
   l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 3276, 10240, true,
                              NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
