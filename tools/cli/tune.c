@@ -311,7 +311,9 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
    * of 128 with six a compute unit -9.4 %, where no launch the scan had tried gained (1024 x 4
    * 38-127 % slower; the table's fifth round); PolyNorm's forward at 8704-12288, which the rules
    * hold in 1024 x 2, split on groups of 128 with four a compute unit -8.4 to -15.0 % (the
-   * sixth round's last entry, found by hand: the band began at 16385 then). */
+   * sixth round's last entry, found by hand: the band began at 16385 then; the band's scans at
+   * 10240 and 12288 found it again, and PolyNorm's and the fused add's backward on groups of 128,
+   * the seventh round). */
   const bool split_band = top >= 512 && nvec > top && nvec <= top * 4;
   /* The frozen scan's grids also take every grid a backward's candidate may give the frozen
    * pass with its line (tune_one: one group a compute unit, and 3 and 6 in the band), so that
