@@ -11,6 +11,7 @@ alike), then each case's range over the rounds per variant.
                        is the baseline the others are set against)
   --env NAME:VAR=VAL   an environment variable for one variant (repeat), e.g.
                        --env new:NORMGRAD_TUNE=wg=512,reg=1; a variant may reuse another's binary
+                       (NORMGRAD_TUNE sets every kernel: a backward's forward too, docs/cli.md)
   --case "OP ARGS"     the arguments of one `normgrad-cli bench` call (repeat), e.g.
                        "rmsnorm --rows 8192 --hidden 4096 --dtype bf16 --pass backward"
   --cases-file FILE    cases one per line (blank lines and lines starting with # skipped)
@@ -19,8 +20,9 @@ alike), then each case's range over the rounds per variant.
   --check              also compare outputs: in round 1 the baseline saves each case's outputs
                        (`bench --save-outputs`, into a temporary folder) and every other variant
                        checks its own against them (`--check-outputs`), reported per variant as
-                       the worst difference over the allowed one (`tune`'s bound, <= 1 agrees);
-                       a variant that differs makes the exit status 1
+                       the worst difference over the allowed one (`tune`'s bound, <= 1 agrees)
+                       and, where they differ, the output it is in (dx, dweight, ...); a variant
+                       that differs makes the exit status 1
 
 For each case it prints each variant's median time over its rounds as min-max, the ratio to the
 copy of the same run, each kernel's time (where a pass has several), and its median time against
@@ -107,7 +109,9 @@ def main(argv):
     results = {}  # (case, variant) -> [result, ...]
     failed = False
     tmp = tempfile.TemporaryDirectory(prefix="ab_bench-") if a.check else None
-    checks = {}  # (case, variant) -> worst difference / allowed (None: a NaN where ref had none)
+    # (case, variant) -> (worst difference / allowed, None: a NaN where ref had none; the output
+    # it is in)
+    checks = {}
     for rnd in range(1, a.rounds + 1):
         for ci, case in enumerate(cases):
             ref = os.path.join(tmp.name, f"case{ci}.safetensors") if tmp else None
@@ -127,7 +131,8 @@ def main(argv):
                     continue
                 res = dict(res, variant=v["name"], round=rnd, case=case)
                 if extra and extra[0] == "--check-outputs":
-                    checks[(case, v["name"])] = res.get("outputs_check")
+                    checks[(case, v["name"])] = (res.get("outputs_check"),
+                                                 res.get("outputs_check_worst"))
                     if res.get("outputs_check") is None or res["outputs_check"] > 1:
                         failed = True
                 results.setdefault((case, v["name"]), []).append(res)
@@ -161,9 +166,13 @@ def main(argv):
                 rel = statistics.median(r["median_ms"] for r in rs) / base_med - 1
                 line += "  time %+.1f%%" % (100 * rel)
             if (case, v["name"]) in checks:
-                w = checks[(case, v["name"])]
-                line += ("  outputs DIFFER (NaN)" if w is None else
-                         "  outputs %s (%.2g)" % ("agree" if w <= 1 else "DIFFER", w))
+                w, where = checks[(case, v["name"])]
+                if w is None:
+                    line += "  outputs DIFFER (NaN in %s)" % where
+                elif w <= 1:
+                    line += "  outputs agree (%.2g)" % w
+                else:
+                    line += "  outputs DIFFER (%.2g, in %s)" % (w, where)
             elif a.check and v["name"] != base:
                 line += "  outputs not checked"
             print(line)

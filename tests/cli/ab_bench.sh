@@ -81,6 +81,11 @@ open(sys.argv[2], "wb").write(d)
 PY
 expect 0 "$CLI" bench $case1 --check-outputs "$T/bad.st"
 has "outputs    DIFFER from" out
+has "x the allowed one, in dweight" out
+expect 0 "$CLI" bench $case1 --json --check-outputs "$T/bad.st"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+assert d["outputs_check"] > 1 and d["outputs_check_worst"] == "dweight", d' "$T/out" ||
+  fail "outputs_check_worst: $(cat "$T/out")"
 
 # ab_bench --check: the baseline saves, the others check; a variant whose outputs differ (a
 # wrapper that adds --offset 1, so RMSNorm's weight is 1 + w) fails the run
@@ -92,6 +97,7 @@ expect 0 python3 "$AB" --variant base="$CLI" --variant nopf="$CLI" \
 expect 1 python3 "$AB" --variant base="$CLI" --variant off="$T/offset.sh" --case "$case1" \
   --rounds 1 --check
 has "outputs DIFFER" out
+grep -q 'outputs DIFFER ([0-9.e+]*, in dx)' "$T/out" || fail "the output that differs: $(cat "$T/out")"
 
 [ $fails = 0 ] && echo "ab_bench.sh: all checks passed"
 exit $fails

@@ -232,10 +232,11 @@ static int outputs_fit(const cli_bench_case *c, const cli_tensors *ref, char *er
 }
 
 /* After the timed runs: save the outputs to io->save, or their worst difference against
- * io->check's as a multiple of the allowed one (*worst). */
+ * io->check's as a multiple of the allowed one (*worst) and the output it is in (*worst_slot, -1
+ * when every value is equal). */
 static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec,
-                      const cli_bench_case *c, const cli_bench_io *io, double *worst, char *err,
-                      size_t errlen) {
+                      const cli_bench_case *c, const cli_bench_io *io, double *worst,
+                      int *worst_slot, char *err, size_t errlen) {
   void *got[3] = {0};
   int rc = cli_outputs_read(env, c, got);
   if (rc) snprintf(err, errlen, "reading the pass's outputs back failed");
@@ -268,7 +269,7 @@ static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec
       const cli_tensor *t = c->out[i].mem ? cli_tensors_find(io->check, name) : NULL;
       ref[i] = t ? t->data : NULL;
     }
-    *worst = cli_outputs_compare(c, ref, got);
+    *worst = cli_outputs_compare(c, ref, got, worst_slot);
   }
   for (int i = 0; i < 3; i++) free(got[i]);
   return rc;
@@ -318,6 +319,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
     }
   }
   double outputs_worst = -1; /* --check-outputs' result (< 0: not checked) */
+  int worst_slot = -1;       /* ... and the output slot it is in */
 
   double copy_gbps = 0, copy_same_gbps = 0, enqueue_us = 0;
   rc = measure_copy(env, dev.max_alloc, c->bytes, &copy_gbps, &copy_same_gbps, &enqueue_us, err,
@@ -399,7 +401,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   if (s == NG_SUCCESS) s = clFinish(env->queue);
   if (s != NG_SUCCESS) goto failed;
   if (io && (io->save || io->check)) {
-    rc = outputs_io(env, op, spec, c, io, &outputs_worst, err, sizeof err);
+    rc = outputs_io(env, op, spec, c, io, &outputs_worst, &worst_slot, err, sizeof err);
     if (rc) {
       cli_error(rc, "bench %s %s: %s", op->name, c->pass, err);
       goto out;
@@ -407,6 +409,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   }
 
   {
+    const char *worst_name = worst_slot >= 0 ? c->out[worst_slot].name : NULL;
     const double med_ns = median(t, reps), gbps = med_ns > 0 ? c->bytes / med_ns : 0;
     const double host_us = median(th, reps) * 1e-3;
     const double stream_us = median(hs, HOST_CALLS);
@@ -474,7 +477,11 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
         if (more->extra[x].key)
           ok = ok && cJSON_AddNumberToObject(j, more->extra[x].key, more->extra[x].value);
       /* cJSON writes infinity as null: a NaN where the file has none */
-      if (outputs_worst >= 0) ok = ok && cJSON_AddNumberToObject(j, "outputs_check", outputs_worst);
+      if (outputs_worst >= 0) {
+        ok = ok && cJSON_AddNumberToObject(j, "outputs_check", outputs_worst);
+        ok = ok && (worst_name ? cJSON_AddStringToObject(j, "outputs_check_worst", worst_name)
+                               : cJSON_AddNullToObject(j, "outputs_check_worst"));
+      }
       char *txt = ok ? cJSON_PrintUnformatted(j) : NULL;
       cJSON_Delete(j);
       if (!txt) {
@@ -521,7 +528,8 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
         }
       if (outputs_worst >= 0)
         printf("  outputs    %s the --check-outputs file's: worst difference %.3g x the allowed "
-               "one\n", outputs_worst <= 1 ? "agree with" : "DIFFER from", outputs_worst);
+               "one%s%s\n", outputs_worst <= 1 ? "agree with" : "DIFFER from", outputs_worst,
+               worst_name ? ", in " : "", worst_name ? worst_name : "");
     }
   }
   rc = CLI_OK;

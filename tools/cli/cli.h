@@ -99,6 +99,7 @@ typedef struct cli_bench_spec {
 /* A buffer a pass writes (for `tune`, which checks every candidate's outputs). */
 typedef struct cli_bench_output {
   cl_mem mem; /* NULL = unused slot */
+  const char *name; /* the tensor's name in the op's API ("dx", "dweight"): reports name it */
   size_t count;
   ng_dtype dtype;
   /* `tune`'s absolute tolerance where the values are small against the data they come from
@@ -307,9 +308,11 @@ void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more);
  * c's outputs into host arrays (allocated when bufs[i] is NULL; CLI_OK or CLI_DEVICE), and the
  * worst difference of `got` against `ref` as a multiple of the allowed one (<= 1 agrees):
  * relative 2^-6 for 16-bit outputs and 1e-4 for f32, plus 1e-5 of ref's largest value (or the
- * output's atol); a NaN in one and not the other is INFINITY. */
+ * output's atol); a NaN in one and not the other is INFINITY. *worst_slot (may be NULL): the
+ * output slot of that worst difference, -1 when every value is equal. */
 int cli_outputs_read(cli_env *env, const cli_bench_case *c, void *bufs[3]);
-double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *const got[3]);
+double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *const got[3],
+                           int *worst_slot);
 
 /* ---- entry point (main.c; main() itself is in entry.c) -----------------------------------------
  * cli_main is the whole tool: argv as main() gets it, the process exit code back. With

@@ -247,8 +247,10 @@ int cli_outputs_read(cli_env *env, const cli_bench_case *c, void *bufs[3]) {
   return CLI_OK;
 }
 
-double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *const got[3]) {
+double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *const got[3],
+                           int *worst_slot) {
   double worst = 0;
+  if (worst_slot) *worst_slot = -1;
   for (int i = 0; i < 3; i++) {
     const cli_bench_output *o = &c->out[i];
     if (!o->mem) continue;
@@ -261,10 +263,16 @@ double cli_outputs_compare(const cli_bench_case *c, void *const ref[3], void *co
     const double atol = fmax(1e-5 * maxabs, o->atol) + 1e-30;
     for (size_t k = 0; k < o->count; k++) {
       const double a = host_elem(got[i], o->dtype, k), b = host_elem(ref[i], o->dtype, k);
-      if (isnan(a) != isnan(b)) return INFINITY;
+      if (isnan(a) != isnan(b)) {
+        if (worst_slot) *worst_slot = i;
+        return INFINITY;
+      }
       if (isnan(a) || a == b) continue;
       const double e = fabs(a - b) / (atol + rtol * fmax(fabs(a), fabs(b)));
-      if (e > worst) worst = e;
+      if (e > worst) {
+        worst = e;
+        if (worst_slot) *worst_slot = i;
+      }
     }
   }
   return worst;

@@ -583,7 +583,8 @@ static const cli_command commands[] = {
      "  --check-outputs FILE  compare them with FILE's instead (another build, launch or\n"
      "           NORMGRAD_TUNE): reports the worst difference as a multiple of the allowed one\n"
      "           (relative 2^-6 for 16-bit values, 1e-4 for f32, as `tune` checks; <= 1 agrees;\n"
-     "           JSON outputs_check, null for a NaN where FILE has none); the exit code stays 0\n" OP_OPTIONS_HELP},
+     "           JSON outputs_check, null for a NaN where FILE has none) and the output it is\n"
+     "           in (dx, dweight, ...: JSON outputs_check_worst); the exit code stays 0\n" OP_OPTIONS_HELP},
     {"inspect", cmd_inspect, "list the tensors of a safetensors file",
      "usage: normgrad-cli inspect FILE\n"
      "\n"

@@ -185,11 +185,11 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   b->more.extra[0].key = "ds_out";
   b->more.extra[0].value = b->ds ? 1.0 : 0.0;
   cli_bench_attach(&cases[1], &b->more);
-  cases[0].out[0] = (cli_bench_output){.mem = b->y, .count = R * N, .dtype = spec->dtype};
-  cases[0].out[1] = (cli_bench_output){.mem = b->s, .count = R * N, .dtype = spec->dtype};
-  cases[0].out[2] = (cli_bench_output){.mem = b->rstd, .count = R, .dtype = NG_F32};
-  cases[1].out[0] = (cli_bench_output){.mem = b->dx, .count = R * N, .dtype = spec->dtype};
-  cases[1].out[1] = (cli_bench_output){.mem = b->dw, .count = N, .dtype = NG_F32};
+  cases[0].out[0] = (cli_bench_output){.mem = b->y, .name = "y", .count = R * N, .dtype = spec->dtype};
+  cases[0].out[1] = (cli_bench_output){.mem = b->s, .name = "s", .count = R * N, .dtype = spec->dtype};
+  cases[0].out[2] = (cli_bench_output){.mem = b->rstd, .name = "rstd", .count = R, .dtype = NG_F32};
+  cases[1].out[0] = (cli_bench_output){.mem = b->dx, .name = "dx", .count = R * N, .dtype = spec->dtype};
+  cases[1].out[1] = (cli_bench_output){.mem = b->dw, .name = "dweight", .count = N, .dtype = NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;

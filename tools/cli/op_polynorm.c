@@ -163,11 +163,11 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   const double x = (double)xb, r = 12.0 * (double)R;
   cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + 12 + 4 + x + r, .run = bench_fwd};
   cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + 12 + r + x + (g->frozen_w ? 0 : 12) + (g->frozen_b ? 0 : 4), .run = bench_bwd};
-  cases[0].out[0] = (cli_bench_output){.mem = g->y, .count = R * N, .dtype = spec->dtype};
-  cases[0].out[1] = (cli_bench_output){.mem = g->rstd, .count = R * 3, .dtype = NG_F32};
-  cases[1].out[0] = (cli_bench_output){.mem = g->dx, .count = R * N, .dtype = spec->dtype};
-  cases[1].out[1] = (cli_bench_output){.mem = g->dw, .count = 3, .dtype = NG_F32};
-  cases[1].out[2] = (cli_bench_output){.mem = g->db, .count = 1, .dtype = NG_F32};
+  cases[0].out[0] = (cli_bench_output){.mem = g->y, .name = "y", .count = R * N, .dtype = spec->dtype};
+  cases[0].out[1] = (cli_bench_output){.mem = g->rstd, .name = "rstd", .count = R * 3, .dtype = NG_F32};
+  cases[1].out[0] = (cli_bench_output){.mem = g->dx, .name = "dx", .count = R * N, .dtype = spec->dtype};
+  cases[1].out[1] = (cli_bench_output){.mem = g->dw, .name = "dweight", .count = 3, .dtype = NG_F32};
+  cases[1].out[2] = (cli_bench_output){.mem = g->db, .name = "dbias", .count = 1, .dtype = NG_F32};
   *ncases = 2;
   *state = g;
   return CLI_OK;

@@ -146,10 +146,10 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   const double x = (double)xb, w = 4.0 * (double)N, r = 4.0 * (double)R;
   cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + w + x + r, .run = bench_fwd};
   cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + w + r + x + (b->frozen ? 0 : w), .run = bench_bwd};
-  cases[0].out[0] = (cli_bench_output){.mem = b->y, .count = R * N, .dtype = b->xd};
-  cases[0].out[1] = (cli_bench_output){.mem = b->rstd, .count = R, .dtype = NG_F32};
-  cases[1].out[0] = (cli_bench_output){.mem = b->dx, .count = R * N, .dtype = b->xd};
-  cases[1].out[1] = (cli_bench_output){.mem = b->dw, .count = N, .dtype = NG_F32};
+  cases[0].out[0] = (cli_bench_output){.mem = b->y, .name = "y", .count = R * N, .dtype = b->xd};
+  cases[0].out[1] = (cli_bench_output){.mem = b->rstd, .name = "rstd", .count = R, .dtype = NG_F32};
+  cases[1].out[0] = (cli_bench_output){.mem = b->dx, .name = "dx", .count = R * N, .dtype = b->xd};
+  cases[1].out[1] = (cli_bench_output){.mem = b->dw, .name = "dweight", .count = N, .dtype = NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;

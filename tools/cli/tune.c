@@ -445,11 +445,13 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
       cs[i].ok = true;
       continue;
     }
-    const double e = cli_outputs_compare(c, ref, got);
+    int slot = -1;
+    const double e = cli_outputs_compare(c, ref, got, &slot);
     cs[i].ok = e <= 1.0;
     if (!cs[i].ok) {
-      char why[96];
-      snprintf(why, sizeof why, "outputs differ from the default's by %.3g x the tolerance", e);
+      char why[128];
+      snprintf(why, sizeof why, "outputs differ from the default's by %.3g x the tolerance (%s)",
+               e, slot >= 0 && c->out[slot].name ? c->out[slot].name : "?");
       report_rejected(op, n, pass, cs[i].v, why);
       rejected++;
       continue;
