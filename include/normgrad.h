@@ -176,11 +176,13 @@ NG_API cl_device_id ng_context_device(const ng_context *ctx);
 /** Launch-parameter overrides (CLBlastOverrideParameters in spirit). NG_TUNE_AUTO restores the
  *  choice made from the device's properties. Set them before the context is used by other
  *  threads (not thread-safe). Errors: NG_ERR_NULL_HANDLE, NG_ERR_INVALID_VALUE (a value the
- *  parameter does not take: work-group not a power of two or beyond the device, vector not 1 or
- *  8, register slots not 1, 2, 4 or 8; an unknown parameter). NG_TUNE_GROUPS takes any value. */
+ *  parameter does not take: work-group neither a power of two nor a multiple of 32, or beyond the
+ *  device or 4096; vector not 1 or 8, register slots not 1, 2, 4 or 8; an unknown parameter).
+ *  NG_TUNE_GROUPS takes any value. */
 #define NG_TUNE_AUTO 0u
 typedef enum ng_tune {
-  NG_TUNE_WORKGROUP = 1,   /* work-items per work-group for the row kernels (power of 2) */
+  NG_TUNE_WORKGROUP = 1,   /* work-items per work-group for the row kernels (a power of 2 or a
+                              multiple of 32; GroupNorm and FLCE take the power of 2 below) */
   NG_TUNE_GROUPS = 2,      /* persistent work-groups per launch */
   NG_TUNE_VECTOR = 3,      /* elements per vector access: 1, or 8 where alignment allows */
   NG_TUNE_REG_COLS = 4,    /* column slots per work-item kept in registers (1, 2, 4, 8) */

@@ -223,9 +223,10 @@ ng_status ng_context_override(ng_context *ctx, ng_tune what, unsigned value) {
   if (!ctx) return ng_fail(NG_ERR_NULL_HANDLE, "ctx is NULL");
   switch (what) {
   case NG_TUNE_WORKGROUP:
-    if (value != NG_TUNE_AUTO && ((value & (value - 1)) != 0 || value > ctx->info.max_wg))
+    if (value != NG_TUNE_AUTO && !ng_wg_asked_ok(ctx, value))
       return ng_fail(NG_ERR_INVALID_VALUE,
-                     "work-group size %u must be a power of two <= %zu", value, ctx->info.max_wg);
+                     "work-group size %u must be a power of two or a multiple of 32, <= %zu",
+                     value, ctx->info.max_wg < 4096 ? ctx->info.max_wg : (size_t)4096);
     break;
   case NG_TUNE_GROUPS:
     break;
@@ -331,9 +332,13 @@ size_t ng_max_pow2_wg(const ng_context *ctx) {
   return wg;
 }
 
+bool ng_wg_asked_ok(const ng_context *ctx, unsigned wg) {
+  return wg >= 1 && wg <= ctx->info.max_wg && wg <= 4096 && ((wg & (wg - 1)) == 0 || wg % 32 == 0);
+}
+
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    ng_rows_mode mode) {
-  return ng_choose_row_launch_k(ctx, NULL, NG_BF16, rows, n, vec_ok, mode);
+  return ng_choose_row_launch_k(ctx, NULL, NG_BF16, rows, n, vec_ok, mode | NG_ROWS_POW2_WG);
 }
 
 /* Precedence: ng_context_override / NORMGRAD_TUNE, then the tuned table (tuning.txt), then the
@@ -348,7 +353,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng
             NG_ROWS_F32_1SLOT | NG_ROWS_F32_1SLOT_512 | NG_ROWS_F16_1SLOT |
             NG_ROWS_F32_STREAM_1K | NG_ROWS_POLY_F16_3 | NG_ROWS_FWD_128X4 | NG_ROWS_HALF_MID |
             NG_ROWS_HALF_MID_320 | NG_ROWS_HALF_MID_384 | NG_ROWS_HALF_MID_DS |
-            NG_ROWS_POLY_FZ_960 | NG_ROWS_POLY_FZ_1152 | NG_ROWS_HOLD4_FEW);
+            NG_ROWS_POLY_FZ_960 | NG_ROWS_POLY_FZ_1152 | NG_ROWS_HOLD4_FEW | NG_ROWS_POW2_WG);
   const bool x16 = (flags & NG_ROWS_X16) != 0, few = (flags & NG_ROWS_FEW) != 0;
   const bool one = (flags & NG_ROWS_ONE) != 0 && mode == NG_ROWS_BWD_FROZEN;
   const bool pairs = (flags & (NG_ROWS_PAIRS | NG_ROWS_PAIRS_1K)) != 0 && mode == NG_ROWS_FWD;
@@ -470,6 +475,8 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng
   if ((flags & NG_ROWS_F32_STREAM_1K) && nv8 && !x16 && fwd && ng_f32_stream_rows(nv)) reg = 1;
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
+  if (tune[NG_TUNE_WORKGROUP] && (flags & NG_ROWS_POW2_WG))
+    while (wg & (wg - 1)) wg &= wg - 1; /* an asked size: the power of two below it */
   l.wg = (unsigned)wg;
   l.reg_cols = (unsigned)reg;
   if (tune[NG_TUNE_REG_COLS]) l.reg_cols = tune[NG_TUNE_REG_COLS];

@@ -419,6 +419,10 @@ static inline unsigned ng_coop_red_f(const ng_coop *c) {
 size_t ng_max_waiting_groups(const ng_context *ctx);
 /* The largest power-of-two work-group the device takes, at most 1024. */
 size_t ng_max_pow2_wg(const ng_context *ctx);
+/* Whether an override, a tuning.txt line or a table entry may ask for work-groups of wg: a power
+ * of two or a multiple of 32 (a warp: a row of 1536 vectors held exactly by 768 × 2), at most
+ * the device's limit and 4096 (the kernels' sums fold a group into its largest power of two). */
+bool ng_wg_asked_ok(const ng_context *ctx, unsigned wg);
 /* A counter area of at least n uints that belongs to queue q alone and is zero when a launch
  * starts (the kernels that use it leave it zero), made from host zeros (no enqueue). *mem is
  * retained for the caller, who releases it after the enqueue, or NULL when q gets no slot
@@ -566,6 +570,11 @@ static inline ng_rows_mode ng_fwd_raw_mode(ng_dtype x_dtype) {
  * 45.6-45.7, 32768 46.1-46.9 -> 44.3-44.9 (0.70-0.71 -> 0.73-0.74), 4096 rows of 32768
  * 150.9-151.7 -> 146.2; 100 rows of 32768 11.5-13.1 -> 14.6-14.7, hence the rows condition. */
 #define NG_ROWS_HOLD4_FEW ((ng_rows_mode)1 << 35)
+/* From ng_choose_row_launch, for GroupNorm's and FLCE's kernels, which sum in trees of a power of
+ * two: a work-group size asked by an override, tuning.txt or the table that is a multiple of 32
+ * but not a power of two (which the row ops' sums take: ng_wg_asked_ok) becomes the power of two
+ * below it. */
+#define NG_ROWS_POW2_WG ((ng_rows_mode)1 << 36)
 /* Added to the forward's mode (NG_ROWS_FWD, NG_ROWS_FWD_RAW16) of 16-bit rows by RMSNorm, the
  * fused add and LayerNorm: on NVIDIA, rows of 513-1024 vectors (N = 4104-8192) held by 256 work-
  * items of four vectors each, a group a row without the prefetch, where there are more rows than
@@ -849,6 +858,8 @@ static inline bool ng_f32_stream_rows(size_t nv) { return nv > 768 && nv <= 1024
 static inline ng_rows_mode ng_bwd_mode(bool partials, ng_dtype x_dtype) {
   return (partials ? NG_ROWS_BWD_DW : NG_ROWS_BWD_FROZEN) | (x_dtype == NG_F32 ? 0 : NG_ROWS_X16);
 }
+/* The launch of GroupNorm's and FLCE's kernels, which have no kind of their own: with
+ * NG_ROWS_POW2_WG (their sums take powers of two). */
 ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n, bool vec_ok,
                                    ng_rows_mode mode);
 /* The i-th row length whose launches may differ, for the ops' variant lists: every power of two

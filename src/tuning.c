@@ -199,7 +199,7 @@ static bool parse_line(const ng_context *ctx, const char *line, const char *id, 
     v[tune_names[k].what] = val;
   }
   const unsigned wg = v[NG_TUNE_WORKGROUP];
-  if (wg && ((wg & (wg - 1)) || wg > ctx->info.max_wg)) return false;
+  if (wg && !ng_wg_asked_ok(ctx, wg)) return false;
   if (v[NG_TUNE_VECTOR] && v[NG_TUNE_VECTOR] != 1 && v[NG_TUNE_VECTOR] != 8) return false;
   const unsigned r = v[NG_TUNE_REG_COLS];
   if (r && r != 1 && r != 2 && r != 4 && r != 8) return false;

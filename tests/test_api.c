@@ -51,6 +51,11 @@ static void test_context_api(void **state) {
   NG_EXPECT_STATUS(ng_context_create_selected("999", &c), NG_ERR_NO_DEVICE);
   ng_test_env *e = ng_test_env_get();
   NG_EXPECT_STATUS(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 3), NG_ERR_INVALID_VALUE);
+  /* a power of two or a multiple of 32 (a warp), up to 4096 and the device's limit */
+  NG_EXPECT_STATUS(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 48), NG_ERR_INVALID_VALUE);
+  NG_EXPECT_STATUS(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 4128), NG_ERR_INVALID_VALUE);
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_EXPECT_STATUS(ng_context_override(e->ctx, NG_TUNE_VECTOR, 4), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(ng_context_override(e->ctx, (ng_tune)42, 1), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(ng_context_override(NULL, NG_TUNE_VECTOR, 1), NG_ERR_NULL_HANDLE);

@@ -424,9 +424,13 @@ static void test_workgroup_shape(void **state) {
    * a group a row, the last slot partly idle (8000) or empty (6000); and of 225-256 vectors
    * (NG_ROWS_W256): 256 × 1, whole rows and rows of 240 vectors (idle work-items of one slot,
    * which a CPU's launch turns into two slots: PoCL 3.1 ran their guarded store anyway, past
-   * the row); and of 1025-2048 (NG_ROWS_512X4): 512 × 4, the last slot partly idle (16000). */
+   * the row); and of 1025-2048 (NG_ROWS_512X4): 512 × 4, the last slot partly idle (16000).
+   * Then multiples of 32 that are not powers of two (an override's, tuning.txt's or the table's:
+   * the sums fold the group into its largest power of two first): a row held exactly (96 × 2 ×
+   * 8 = 1536) and one beyond the registers. */
   const size_t w4[][4] = {{5, 8000, 256, 4}, {6, 6000, 256, 4}, {7, 2048, 256, 1},
-                          {3, 16000, 512, 4}, {5, 1920, 256, 1}};
+                          {3, 16000, 512, 4}, {5, 1920, 256, 1}, {7, 1536, 96, 2},
+                          {5, 1544, 96, 2}};
   for (size_t i = 0; i < NG_ARRAY_LEN(w4); i++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, (unsigned)w4[i][2]));
     NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, (unsigned)w4[i][3]));

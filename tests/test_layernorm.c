@@ -376,6 +376,15 @@ static void test_workgroup_shape(void **state) {
   run_case(&c);
   c = make_case(3, 16000, NG_BF16, NG_F32, &PARAMS[8], 0, seed++);
   run_case(&c);
+  /* multiples of 32 that are not powers of two (an override's, tuning.txt's or the table's: the
+   * sums fold the group into its largest power of two first; two cases, as PoCL compiles each
+   * group size's kernels anew, tens of seconds cold): a row held exactly (96 × 2 × 8 = 1536)
+   * and one beyond the registers (streamed) */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  c = make_case(7, 1536, NG_BF16, NG_F32, &PARAMS[1], 0, seed++);
+  run_case(&c);
+  c = make_case(5, 1544, NG_F16, NG_BF16, &PARAMS[5], 8, seed++);
+  run_case(&c);
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));

@@ -253,6 +253,21 @@ static void test_workgroup_shape(void **state) {
       c.freeze_b = xi == 1;
       run_case(&c);
     }
+  /* multiples of 32 that are not powers of two (an override's, tuning.txt's or the table's: the
+   * sums fold the group into its largest power of two first): a row held exactly (96 × 2 × 8 =
+   * 1536), one beyond the registers, and 160 groups with both parameters frozen */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  for (size_t i = 0; i < 3; i++) {
+    pn_case c = mk(i ? 5 : 7, i == 1 ? 1544 : i ? 5120 : 1536, i == 1 ? NG_F16 : NG_BF16,
+                   NG_BF16, i == 1 ? 8 : 0, 430 + i);
+    if (i == 2) {
+      NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 160));
+      c.freeze_w = c.freeze_b = true;
+    }
+    run_case(&c);
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
 }
 
 /* dW and dB summed in the backward kernel (pn_chunk_reduce in cl/polynorm.cl: chunks of 128

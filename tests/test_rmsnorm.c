@@ -288,6 +288,13 @@ static void test_workgroup_shape(void **state) {
        * gives it two slots, as PoCL 3.1 stored past the row from the idle work-items */
       {128, 1, {5, 1000, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, 8, 0.5f, 1e-6f, 414}},
       {256, 1, {3, 2040, NG_F16, NG_BF16, NG_CAST_GEMMA, true, false, 0, 0.0f, 1e-6f, 415}},
+      /* multiples of 32 that are not powers of two (an override's, tuning.txt's or the table's:
+       * the sums fold the group into its largest power of two first; kept small here, as PoCL
+       * compiles a kernel for each group size): a row held exactly (96 × 2 × 8 = 1536), one
+       * beyond the registers, and 160 × 4 (5120) frozen */
+      {96, 2, {7, 1536, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.5f, 1e-6f, 416}},
+      {96, 2, {5, 1544, NG_F16, NG_BF16, NG_CAST_NONE, false, true, 8, 0.0f, 1e-5f, 417}},
+      {160, 4, {4, 5120, NG_BF16, NG_BF16, NG_CAST_GEMMA, true, false, 0, 0.0f, 1e-6f, 418}},
   };
   for (size_t i = 0; i < NG_ARRAY_LEN(held); i++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, held[i].wg));

@@ -114,7 +114,9 @@ static void test_bad_store(void **st) {
   NG_EXPECT_STATUS(ng_tuning_store(c, "flce", 8, v, NULL), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(ng_tuning_store(c, NULL, 8, v, NULL), NG_ERR_INVALID_VALUE);
   NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 0, v, NULL), NG_ERR_INVALID_VALUE);
-  v[NG_TUNE_WORKGROUP] = 48; /* not a power of two */
+  v[NG_TUNE_WORKGROUP] = 48; /* neither a power of two nor a multiple of 32 */
+  NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, v, NULL), NG_ERR_INVALID_VALUE);
+  v[NG_TUNE_WORKGROUP] = 4128; /* a multiple of 32 past 4096 */
   NG_EXPECT_STATUS(ng_tuning_store(c, "rmsnorm.bwd", 8, v, NULL), NG_ERR_INVALID_VALUE);
   v[NG_TUNE_WORKGROUP] = 0;
   v[NG_TUNE_REG_COLS] = 3;
@@ -149,7 +151,7 @@ static void test_damaged_file(void **st) {
   assert_non_null(f);
   fprintf(f, "ng-tune-1 0000000000000000 rmsnorm.bwd 9 groups=3\n"); /* another device */
   fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 groups=x\n", id);          /* not a number */
-  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 wg=48\n", id);             /* not a power of 2 */
+  fprintf(f, "ng-tune-1 %s rmsnorm.bwd 9 wg=48\n", id); /* not a power of 2 nor of 32 */
   fprintf(f, "ng-tune-1 %s nosuchop.bwd 9 groups=3\n", id);         /* unknown kind */
   /* numbers that sscanf's %u would have wrapped or taken with a sign, and items run together:
    * each would have meant groups=3 on row lengths of 2^9 */
@@ -352,12 +354,14 @@ static void test_lookup(void **st) {
   NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd_frozen", NG_BF16, 1000, got, &found));
   assert_int_equal(found, 0); /* a kind of its own */
   v[NG_TUNE_GROUPS] = 5, v[NG_TUNE_PREFETCH] = 0;
+  v[NG_TUNE_WORKGROUP] = 96; /* a multiple of 32: a row of 1536 vectors held by 96 × 2 */
   NG_OK(ng_tuning_store(c, "rmsnorm.bwd", 1000, v, NULL)); /* every dtype */
   ng_context_release(c);
   c = fresh();
   NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_F16, 1000, got, &found));
   assert_int_equal(found, 1);
   assert_int_equal(got[NG_TUNE_GROUPS], 5);
+  assert_int_equal(got[NG_TUNE_WORKGROUP], 96);
   NG_OK(ng_context_override(c, NG_TUNE_TABLE, 1));
   memset(got, 0xff, sizeof got);
   NG_OK(ng_tuning_lookup(c, "rmsnorm.bwd", NG_F16, 1000, got, &found));

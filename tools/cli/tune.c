@@ -324,6 +324,19 @@ static int make_candidates(cli_env *env, size_t n, size_t rows, bool dw, bool gr
       if (!gpu_candidates(cs, &nc, nv, wg, 0, (unsigned)(cu * mult_split[m]))) return nc;
   for (size_t m = 0; grid_only && m < (split_band ? 3u : 1u); m++)
     if (!gpu_candidates(cs, &nc, nv, 0, 0, (unsigned)(cu * mult_grid_extra[m]))) return nc;
+  /* Groups that hold the row exactly (two or four slots, as wide as the row needs rounded up to
+   * a warp) where that is not a power of two, which the loop below never tries: it holds rows of
+   * 1025-2048 vectors in 1024 × 2 or 512 × 4, a quarter idle at 1536 (LayerNorm's forward at
+   * 12288, 0.62 of copy on the H200, where every power-of-two and split shape tried lost). The
+   * rules use such groups for RMSNorm's backward at 4104-6144 (NG_ROWS_FIT2, 0.70 -> 0.84 on the
+   * H100). */
+  for (unsigned reg = 2; !grid_only && reg <= 4; reg *= 2) {
+    const size_t wg = ((nvec + reg - 1) / reg + 31) & ~(size_t)31;
+    if (wg < 64 || wg > top || (wg & (wg - 1)) == 0) continue;
+    const unsigned *mult = dw ? mult_gpu_dw : mult_gpu;
+    for (size_t m = 0; m < 4; m++) /* the first four grids of the loop below */
+      if (!gpu_candidates(cs, &nc, nv, (unsigned)wg, reg, (unsigned)(cu * mult[m]))) return nc;
+  }
   for (unsigned reg = 1; reg <= 4; reg *= 2)
     for (size_t wg = 32; wg <= top; wg *= 2) {
       const size_t cover = wg * reg;
