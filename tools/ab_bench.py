@@ -173,6 +173,10 @@ def main(argv):
                     line += "  outputs agree (%.2g)" % w
                 else:
                     line += "  outputs DIFFER (%.2g, in %s)" % (w, where)
+                    # the override also ran the forward that made this backward's inputs, whose
+                    # rounding a dW can carry past the bound (docs/cli.md)
+                    if "NORMGRAD_TUNE" in v["env"] and "--pass forward" not in case:
+                        line += " [NORMGRAD_TUNE set the forward too: docs/cli.md]"
             elif a.check and v["name"] != base:
                 line += "  outputs not checked"
             print(line)

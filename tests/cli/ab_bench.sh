@@ -98,6 +98,10 @@ expect 1 python3 "$AB" --variant base="$CLI" --variant off="$T/offset.sh" --case
   --rounds 1 --check
 has "outputs DIFFER" out
 grep -q 'outputs DIFFER ([0-9.e+]*, in dx)' "$T/out" || fail "the output that differs: $(cat "$T/out")"
+# ... and under NORMGRAD_TUNE, a backward's line says the override set its forward too
+expect 1 python3 "$AB" --variant base="$CLI" --variant off="$T/offset.sh" \
+  --env off:NORMGRAD_TUNE=prefetch=1 --case "$case1" --rounds 1 --check
+has "NORMGRAD_TUNE set the forward too" out
 
 [ $fails = 0 ] && echo "ab_bench.sh: all checks passed"
 exit $fails
