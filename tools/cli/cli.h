@@ -130,8 +130,8 @@ typedef struct cli_op {
                      size_t errlen);
   void (*bench_cleanup)(void *state);
   /* The scratch bytes the backward of `spec` needs with the context's launch settings as they
-   * are (the ops `tune` scans; NULL elsewhere), what bench_setup allocates unless
-   * spec->min_scratch asks for more. Returns an ng_status. */
+   * are (the ops `tune` scans; NULL elsewhere); bench_setup allocates that or spec->min_scratch,
+   * the more (cli_bench_scratch). Returns an ng_status. */
   ng_status (*bench_scratch)(cli_env *env, const cli_bench_spec *spec, size_t *bytes);
 } cli_op;
 
@@ -303,6 +303,11 @@ typedef struct cli_bench_more {
 /* For bench_setup: attach `more` to `c`, one of the cases it fills in. Kept by pointer: it must
  * stay valid until bench_cleanup (put it in the op's state). */
 void cli_bench_attach(const cli_bench_case *c, const cli_bench_more *more);
+
+/* The scratch an op's bench_setup allocates (common.c): what its bench_scratch hook `need`
+ * says, or spec->min_scratch where that is more. */
+ng_status cli_bench_scratch(ng_status (*need)(cli_env *, const cli_bench_spec *, size_t *),
+                            cli_env *env, const cli_bench_spec *spec, size_t *bytes);
 
 /* A pass's outputs (common.c), for `tune`'s candidates and `bench --check-outputs`: read case
  * c's outputs into host arrays (allocated when bufs[i] is NULL; CLI_OK or CLI_DEVICE), and the

@@ -227,6 +227,13 @@ cl_mem cli_random_buffer(cli_env *env, ng_dtype dt, size_t count, uint64_t seed,
   return m;
 }
 
+ng_status cli_bench_scratch(ng_status (*need)(cli_env *, const cli_bench_spec *, size_t *),
+                            cli_env *env, const cli_bench_spec *spec, size_t *bytes) {
+  const ng_status s = need(env, spec, bytes);
+  if (s == NG_SUCCESS && *bytes < spec->min_scratch) *bytes = spec->min_scratch;
+  return s;
+}
+
 /* ---- a pass's outputs: `tune` and `bench --check-outputs` ---- */
 static float host_elem(const void *p, ng_dtype dt, size_t i) {
   if (dt == NG_BF16) return cli_bf16_to_f32(((const uint16_t *)p)[i]);

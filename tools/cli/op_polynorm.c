@@ -123,10 +123,8 @@ static void bench_cleanup(void *state) {
 
 static ng_status bench_scratch(cli_env *env, const cli_bench_spec *spec, size_t *bytes) {
   const ng_polynorm_params p = {spec->rows, spec->hidden, 1e-6f};
-  const ng_status s = ng_polynorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight,
-                                                        !spec->freeze_bias, bytes);
-  if (s == NG_SUCCESS && *bytes < spec->min_scratch) *bytes = spec->min_scratch;
-  return s;
+  return ng_polynorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight, !spec->freeze_bias,
+                                           bytes);
 }
 
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
@@ -144,7 +142,7 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   g->frozen_b = spec->freeze_bias;
   const size_t xb = R * N * es;
   size_t sbytes = 0;
-  ng_status s = bench_scratch(env, spec, &sbytes);
+  ng_status s = cli_bench_scratch(bench_scratch, env, spec, &sbytes);
   int rc = CLI_DEVICE;
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, "polynorm scratch size", err, errlen);
@@ -163,10 +161,14 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   const double x = (double)xb, r = 12.0 * (double)R;
   cases[0] = (cli_bench_case){.pass = "forward", .bytes = x + 12 + 4 + x + r, .run = bench_fwd};
   cases[1] = (cli_bench_case){.pass = "backward", .bytes = x + x + 12 + r + x + (g->frozen_w ? 0 : 12) + (g->frozen_b ? 0 : 4), .run = bench_bwd};
-  cases[0].out[0] = (cli_bench_output){.mem = g->y, .name = "y", .count = R * N, .dtype = spec->dtype};
-  cases[0].out[1] = (cli_bench_output){.mem = g->rstd, .name = "rstd", .count = R * 3, .dtype = NG_F32};
-  cases[1].out[0] = (cli_bench_output){.mem = g->dx, .name = "dx", .count = R * N, .dtype = spec->dtype};
-  cases[1].out[1] = (cli_bench_output){.mem = g->dw, .name = "dweight", .count = 3, .dtype = NG_F32};
+  cases[0].out[0] =
+      (cli_bench_output){.mem = g->y, .name = "y", .count = R * N, .dtype = spec->dtype};
+  cases[0].out[1] =
+      (cli_bench_output){.mem = g->rstd, .name = "rstd", .count = R * 3, .dtype = NG_F32};
+  cases[1].out[0] =
+      (cli_bench_output){.mem = g->dx, .name = "dx", .count = R * N, .dtype = spec->dtype};
+  cases[1].out[1] =
+      (cli_bench_output){.mem = g->dw, .name = "dweight", .count = 3, .dtype = NG_F32};
   cases[1].out[2] = (cli_bench_output){.mem = g->db, .name = "dbias", .count = 1, .dtype = NG_F32};
   *ncases = 2;
   *state = g;

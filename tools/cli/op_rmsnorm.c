@@ -109,9 +109,7 @@ static void bench_cleanup(void *state) {
 
 static ng_status bench_scratch(cli_env *env, const cli_bench_spec *spec, size_t *bytes) {
   const ng_rmsnorm_params p = {spec->rows, spec->hidden, 1e-6f, 0.0f, NG_CAST_LLAMA};
-  const ng_status s = ng_rmsnorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight, bytes);
-  if (s == NG_SUCCESS && *bytes < spec->min_scratch) *bytes = spec->min_scratch;
-  return s;
+  return ng_rmsnorm_backward_scratch_size(env->ctx, &p, !spec->freeze_weight, bytes);
 }
 
 static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_options *o,
@@ -129,7 +127,7 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   b->frozen = spec->freeze_weight;
   const size_t xb = R * N * es;
   size_t sbytes = 0;
-  ng_status s = bench_scratch(env, spec, &sbytes);
+  ng_status s = cli_bench_scratch(bench_scratch, env, spec, &sbytes);
   int rc = CLI_DEVICE;
   if (s != NG_SUCCESS) {
     rc = cli_fail_status(s, "rmsnorm scratch size", err, errlen);
@@ -149,7 +147,8 @@ static int bench_setup(cli_env *env, const cli_bench_spec *spec, const cli_optio
   cases[0].out[0] = (cli_bench_output){.mem = b->y, .name = "y", .count = R * N, .dtype = b->xd};
   cases[0].out[1] = (cli_bench_output){.mem = b->rstd, .name = "rstd", .count = R, .dtype = NG_F32};
   cases[1].out[0] = (cli_bench_output){.mem = b->dx, .name = "dx", .count = R * N, .dtype = b->xd};
-  cases[1].out[1] = (cli_bench_output){.mem = b->dw, .name = "dweight", .count = N, .dtype = NG_F32};
+  cases[1].out[1] =
+      (cli_bench_output){.mem = b->dw, .name = "dweight", .count = N, .dtype = NG_F32};
   *ncases = 2;
   *state = b;
   return CLI_OK;
