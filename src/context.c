@@ -327,9 +327,7 @@ static size_t dw_groups_per_cu(size_t wg, size_t reg) {
  *    group per unit (two would not fit in the registers: the tuner measured 1.14-1.17x at
  *    16384 from this alone); past 2048 vectors the work splits by columns (ng_col_split). */
 size_t ng_max_pow2_wg(const ng_context *ctx) {
-  size_t wg = 1;
-  while (wg * 2 <= ctx->info.max_wg && wg * 2 <= 1024) wg *= 2;
-  return wg;
+  return ng_pow2_floor(ctx->info.max_wg < 1024 ? ctx->info.max_wg : 1024);
 }
 
 bool ng_wg_asked_ok(const ng_context *ctx, unsigned wg) {
@@ -475,8 +473,7 @@ ng_row_launch ng_choose_row_launch_k(const ng_context *ctx, const char *kind, ng
   if ((flags & NG_ROWS_F32_STREAM_1K) && nv8 && !x16 && fwd && ng_f32_stream_rows(nv)) reg = 1;
   if (tune[NG_TUNE_WORKGROUP]) wg = tune[NG_TUNE_WORKGROUP];
   if (wg > maxwg) wg = maxwg;
-  if (tune[NG_TUNE_WORKGROUP] && (flags & NG_ROWS_POW2_WG))
-    while (wg & (wg - 1)) wg &= wg - 1; /* an asked size: the power of two below it */
+  if (tune[NG_TUNE_WORKGROUP] && (flags & NG_ROWS_POW2_WG)) wg = ng_pow2_floor(wg);
   l.wg = (unsigned)wg;
   l.reg_cols = (unsigned)reg;
   if (tune[NG_TUNE_REG_COLS]) l.reg_cols = tune[NG_TUNE_REG_COLS];

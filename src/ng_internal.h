@@ -419,6 +419,12 @@ static inline unsigned ng_coop_red_f(const ng_coop *c) {
 size_t ng_max_waiting_groups(const ng_context *ctx);
 /* The largest power-of-two work-group the device takes, at most 1024. */
 size_t ng_max_pow2_wg(const ng_context *ctx);
+/* The largest power of two not above v (v >= 1): ng_max_pow2_wg's, and the group that GroupNorm's
+ * and FLCE's power-of-two sums run an asked size on (NG_ROWS_POW2_WG). */
+static inline size_t ng_pow2_floor(size_t v) {
+  while (v & (v - 1)) v &= v - 1;
+  return v;
+}
 /* Whether an override, a tuning.txt line or a table entry may ask for work-groups of wg: a power
  * of two or a multiple of 32 (a warp: a row of 1536 vectors held exactly by 768 × 2), at most
  * the device's limit and 4096 (the kernels' sums fold a group into its largest power of two). */

@@ -112,8 +112,8 @@ typedef struct gn_one {
 /* Work-items per group of the one-pass kernels: GN_ONE_WG unless NG_TUNE_WORKGROUP says. */
 static size_t one_wg(const ng_context *ctx) {
   const size_t maxwg = ng_max_pow2_wg(ctx);
-  size_t wg = ctx->tune[NG_TUNE_WORKGROUP] ? ctx->tune[NG_TUNE_WORKGROUP] : GN_ONE_WG;
-  while (wg & (wg - 1)) wg &= wg - 1; /* its sums take a power of two (NG_ROWS_POW2_WG) */
+  const size_t wg =
+      ng_pow2_floor(ctx->tune[NG_TUNE_WORKGROUP] ? ctx->tune[NG_TUNE_WORKGROUP] : GN_ONE_WG);
   return wg < maxwg ? wg : maxwg;
 }
 
