@@ -744,10 +744,12 @@ ng_polynorm_bwd_coop(__global const XT *dy, ulong dy_off, __global const XT *x, 
 #endif
   }
   if (!ng_coop_leave(sync, sets, &tk)) return;
-  /* The last group: four columns, WG / 4 slices of the sets each, then a fixed tree (the bits
-   * depend on (sets, WG) alone). */
-  const uint col = lid % 4, slices = WG / 4;
-  float v = ng_slice_sum(part + col, 4, sets, lid / 4, slices, 8);
+  /* The last group: four columns, NG_WG_P2 / 4 slices of the sets each, then a fixed tree (the
+   * bits depend on (sets, WG) alone). The tree takes a power of two of slices, so a group of
+   * another size (a multiple of 32 asked for) leaves its last work-items out: with WG / 4 slices
+   * (24 of 96) the tree's odd levels dropped a slice each, a third of dW and dB on the H200. */
+  const uint col = lid % 4, slices = NG_WG_P2 / 4;
+  float v = lid / 4 < slices ? ng_slice_sum(part + col, 4, sets, lid / 4, slices, 8) : 0.0f;
   v = ng_slice_tree(v, 4, slices, (__local float *)red4);
   __global NG_STORE(G_DTYPE) *out = lid == 3 ? (__global NG_STORE(G_DTYPE) *)gdb + gdb_off
                                               : (__global NG_STORE(G_DTYPE) *)gdw + gdw_off + lid;

@@ -379,6 +379,16 @@ static void test_split_rows(void **state) {
                    false, false, false, k == 2 ? 8 : 0,    0.5f,   1e-5f,         seed++};
       run_case(&c);
     }
+  /* split kernels on groups of 96, a multiple of 32 that is not a power of two (an override's,
+   * tuning.txt's or the table's): with and without ds_out, dW summed in the kernel */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  for (size_t k = 0; k < 3; k++) {
+    fa_case c = {k == 2 ? 40 : 5, k == 1 ? 1544 : 8000, k == 1 ? NG_F16 : NG_BF16,
+                 k == 2 ? NG_BF16 : NG_F32, (ng_casting_mode)k, k == 2, k == 0, k != 1, false,
+                 k == 1 ? 8 : 0, 0.5f, 1e-5f, seed++};
+    run_case(&c);
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 64));
   /* the queried scratch, exactly: on these forced groups, then on the device's own launches
    * (a GPU splits 65536 on slices of two vectors without ds_out, of four with it) */
   for (int pass = 0; pass < 2; pass++) {

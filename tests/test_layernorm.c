@@ -465,6 +465,16 @@ static void test_split_rows(void **state) {
     }
     run_case(&c);
   }
+  /* split kernels on groups of 96, a multiple of 32 that is not a power of two (an override's,
+   * tuning.txt's or the table's): both parameters trained, the weight alone frozen, both frozen */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  for (size_t k = 0; k < 3; k++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, k == 1 ? 3 : 2));
+    ln_case c = make_case(k == 2 ? 40 : 5, k == 1 ? 1544 : 8000, k == 1 ? NG_F16 : NG_BF16,
+                          (ng_dtype)k, &PARAMS[k == 0 ? 1 : k == 1 ? 2 : 6], k == 1 ? 8 : 0,
+                          seed++);
+    run_case(&c);
+  }
   /* the device's own launch: f16 rows of 2600 vectors, three slices of 256·4 on NVIDIA, in a call
    * of more rows than an H100 has compute units (a CPU device takes its row loop) */
   ng_test_reset_overrides(e->ctx);

@@ -319,6 +319,18 @@ static void test_split_rows(void **state) {
       run_case(&c);
     }
   }
+  /* split kernels on groups of 96, a multiple of 32 that is not a power of two (an override's,
+   * tuning.txt's or the table's): the last group's tree over the sets' partial rows takes 64 of
+   * them (with all 96 it lost a third of dW and dB on the H200) */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  for (size_t k = 0; k < 3; k++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, k == 1 ? 7 : NG_TUNE_AUTO));
+    pn_case c = mk(k == 2 ? 40 : 5, k == 1 ? 1544 : 8000, k == 1 ? NG_F16 : NG_BF16,
+                   (ng_dtype)k, k == 1 ? 8 : 0, seed++);
+    c.freeze_b = k == 1;
+    c.accumulate = k == 2;
+    run_case(&c);
+  }
   ng_test_reset_overrides(e->ctx);
 }
 

@@ -364,6 +364,17 @@ static void test_split_rows(void **state) {
       run_case(&c);
     }
   }
+  /* split kernels on groups of 96, a multiple of 32 that is not a power of two (an override's,
+   * tuning.txt's or the table's), with dW summed in the kernel and by the separate one */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 96));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  for (size_t k = 0; k < 3; k++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_FUSED_REDUCE, k == 1 ? 3 : 2));
+    rms_case c = {k == 2 ? 40 : 5, k == 1 ? 1544 : 8000, k == 1 ? NG_F16 : NG_BF16,
+                  k == 2 ? NG_BF16 : NG_F32, (ng_casting_mode)k, k == 2, k == 0,
+                  k == 1 ? 8 : 0, 0.5f, 1e-5f, seed++};
+    run_case(&c);
+  }
   ng_test_reset_overrides(e->ctx);
 }
 
