@@ -540,7 +540,8 @@ static ng_context *h200(void) {
 
 static bool valid_values(const unsigned v[NG_TUNE_SLOTS]) {
   const unsigned wg = v[NG_TUNE_WORKGROUP], r = v[NG_TUNE_REG_COLS];
-  return (wg == 0 || ((wg & (wg - 1)) == 0 && wg <= 1024)) &&
+  /* a power of two or a multiple of 32 (ng_wg_asked_ok), within the H200's 1024 */
+  return (wg == 0 || (((wg & (wg - 1)) == 0 || wg % 32 == 0) && wg <= 1024)) &&
          (r == 0 || r == 1 || r == 2 || r == 4 || r == 8) &&
          (v[NG_TUNE_VECTOR] == 0 || v[NG_TUNE_VECTOR] == 1 || v[NG_TUNE_VECTOR] == 8) &&
          v[NG_TUNE_PREFETCH] <= 2 && v[NG_TUNE_TABLE] == 0;
@@ -791,6 +792,20 @@ static void test_builtin_launches(void **state) {
     assert_int_equal(c2.l.wg, 256);
     assert_true(ng_rmsnorm_bwd_plan(h2, 2520, 13312, NG_BF16, true, true, dw, &l, &c2));
     assert_int_equal(c2.l.wg, 256);
+  }
+  /* ... and LayerNorm's bf16 forward at 11264-12288 on 384 x 4 (a row of 1536 vectors held
+   * exactly), on the rules' grid for that shape; 10240, 13312, f16 and the H100 keep theirs */
+  const ng_rows_mode lfw = NG_ROWS_FWD_RAW16 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4; /* ln_fwd_mode */
+  const size_t ln_n[] = {10240, 11264, 12288, 13312};
+  for (size_t i = 0; i < 4; i++) {
+    const size_t rows = (1u << 25) / ln_n[i];
+    const bool in = i == 1 || i == 2;
+    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, rows, ln_n[i], true, lfw);
+    assert_int_equal(l.wg * 8 + l.reg_cols == 384 * 8 + 4, in);
+    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_F16, rows, ln_n[i], true, lfw);
+    assert_int_not_equal(l.wg, 384);
+    l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, rows, ln_n[i], true, lfw);
+    assert_int_not_equal(l.wg, 384);
   }
   l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 3276, 10240, true,
                              NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
