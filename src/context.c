@@ -303,6 +303,12 @@ size_t ng_variant_n(size_t i) {
   return 2 * wg <= NG_FIT2_MAX ? 16 * wg : 0;
 }
 
+size_t ng_variant_n_ctx(const ng_context *ctx, size_t i) {
+  size_t listed = 0;
+  while (ng_variant_n(listed)) listed++;
+  return i < listed ? ng_variant_n(i) : ng_tuned_length(ctx, i - listed);
+}
+
 static size_t dw_groups_per_cu(size_t wg, size_t reg) {
   const size_t slots = wg * reg;
   return 1024 / slots > 1 ? 1024 / slots : 1;

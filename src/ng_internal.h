@@ -873,6 +873,13 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
  * NG_ROWS_HALF_MID's and NG_ROWS_FIT2's group sizes (160, 192, then 288, 320, … work-items:
  * rows of twice as many vectors); 0 after the last. */
 size_t ng_variant_n(size_t i);
+/* ng_variant_n's lengths, then ng_tuned_length's for ctx: the ops' variant lists, so that a
+ * prebuild builds the launches a tuned line or a built-in entry gives rows between the listed
+ * lengths (on the H200 most entries lie between two powers of two) */
+size_t ng_variant_n_ctx(const ng_context *ctx, size_t i);
+/* The i-th row length at which one of ctx's tuning.txt lines or built-in entries (its device's)
+ * begins or ends, 0 after the last or with table=1 (duplicates possible) */
+size_t ng_tuned_length(const ng_context *ctx, size_t i);
 /* Whether RMSNorm's and the fused add's backward on launch l holds dy and x in their storage bits
  * (RAW_ROWS; src/ops/rmsnorm.c has the measurements) */
 bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, bool has_ds);

@@ -455,6 +455,26 @@ const ng_builtin_tune *ng_tuning_builtin(size_t *count) {
   return builtin;
 }
 
+static bool builtin_serves(const ng_context *ctx, const ng_builtin_tune *e) {
+  return ctx->info.compute_units == e->compute_units && !strcmp(ctx->info.name, e->device);
+}
+
+size_t ng_tuned_length(const ng_context *ctx, size_t i) {
+  if (!ctx || ctx->tune[NG_TUNE_TABLE] == 1) return 0;
+  if (i < 2 * ctx->n_tuned) { /* a line's first and last lengths: its range's, or its bucket's */
+    const ng_tuned_entry *e = &ctx->tuned[i / 2];
+    if (e->lo) return i % 2 ? e->hi : e->lo;
+    return i % 2 ? ((size_t)2 << e->log2n) - 1 : (size_t)1 << e->log2n;
+  }
+  i -= 2 * ctx->n_tuned;
+  for (size_t k = 0; k < NG_ARRAY_LEN(builtin); k++)
+    if (builtin_serves(ctx, &builtin[k])) {
+      if (i < 2) return i ? builtin[k].hi : builtin[k].lo;
+      i -= 2;
+    }
+  return 0;
+}
+
 /* tuning.txt's line for kind and rows of n elements of xd: the narrowest line of lengths
  * that holds n (xd's, else one for every dtype; of two as narrow the later), else the line of
  * n's bucket (xd's, else every dtype's) */
@@ -489,8 +509,7 @@ static bool builtin_lookup(const ng_context *ctx, const char *kind, ng_dtype xd,
                            unsigned v[NG_TUNE_SLOTS]) {
   for (size_t i = 0; i < NG_ARRAY_LEN(builtin); i++)
     if (n >= builtin[i].lo && n <= builtin[i].hi && (builtin[i].dtypes & NG_DTYPE_BIT(xd)) &&
-        !strcmp(kind, builtin[i].kind) && ctx->info.compute_units == builtin[i].compute_units &&
-        !strcmp(ctx->info.name, builtin[i].device)) {
+        !strcmp(kind, builtin[i].kind) && builtin_serves(ctx, &builtin[i])) {
       memcpy(v, builtin[i].v, sizeof(unsigned) * NG_TUNE_SLOTS);
       return true;
     }

@@ -959,6 +959,71 @@ static void test_prebuild_gpu_shapes(void **state) {
   ng_context_release(c);
 }
 
+/* Whether some enumerated program's options hold every one of `want` (NULL-terminated). */
+typedef struct find_opts {
+  const char *want[4];
+  bool found;
+} find_opts;
+static ng_status find_opt(ng_context *ctx, const char *program, const ng_opts *o, void *user) {
+  (void)ctx, (void)program;
+  find_opts *f = user;
+  bool all = true;
+  for (int i = 0; i < 4 && f->want[i]; i++) all = all && strstr(o->text, f->want[i]) != NULL;
+  f->found = f->found || all;
+  return NG_SUCCESS;
+}
+
+/* The launches a tuned line or a built-in entry gives rows between the listed lengths are
+ * enumerated too (ng_variant_n_ctx): the H200's LayerNorm bf16 forward at 11264-12288 on
+ * 384 x 4, not on an H100 or with table=1; a tuning.txt line for RMSNorm's bf16 forward at
+ * 5000-5100 on 96 x 2 (before, a prebuild listed powers of two and the half-row groups' lengths
+ * alone, and PolyNorm's powers of two alone). */
+static void test_prebuild_tuned_lengths(void **state) {
+  (void)state;
+  ng_context *c = ctx_with(NULL);
+  c->info.type = CL_DEVICE_TYPE_GPU;
+  c->info.max_wg = 1024;
+  c->info.compute_units = 132;
+  c->info.local_mem = 48 * 1024;
+  c->info.nv_shfl = c->info.nv_bf16 = true;
+  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H200");
+  char dt[32];
+  snprintf(dt, sizeof dt, "-DDTYPE=%d ", (int)NG_BF16);
+  find_opts f = {{"-DWG=384 -DREG=4", dt, NULL, NULL}, false};
+  NG_OK(ng_layernorm_for_each_variant(c, find_opt, &f));
+  assert_true(f.found);
+  NG_OK(ng_context_override(c, NG_TUNE_TABLE, 1));
+  f.found = false;
+  NG_OK(ng_layernorm_for_each_variant(c, find_opt, &f));
+  assert_false(f.found);
+  NG_OK(ng_context_override(c, NG_TUNE_TABLE, NG_TUNE_AUTO));
+  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H100 80GB HBM3");
+  NG_OK(ng_layernorm_for_each_variant(c, find_opt, &f));
+  assert_false(f.found);
+  ng_context_release(c);
+
+  /* a tuning.txt line of lengths, read by a context created afterwards */
+  char *dir = fresh_dir();
+  ng_test_env *e = ng_test_env_get();
+  setenv("NORMGRAD_CACHE_DIR", dir, 1);
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  unsigned v[NG_TUNE_SLOTS] = {0};
+  v[NG_TUNE_WORKGROUP] = 96;
+  v[NG_TUNE_REG_COLS] = 2;
+  NG_OK(ng_tuning_store_range(c, "rmsnorm.fwd", NG_BF16, 5000, 5100, v, "test"));
+  ng_context_release(c);
+  NG_OK(ng_context_create(e->cl_ctx, e->device, &c));
+  setenv("NORMGRAD_CACHE_DIR", "off", 1);
+  c->info.type = CL_DEVICE_TYPE_GPU;
+  c->info.max_wg = 1024;
+  find_opts g = {{"-DWG=96 -DREG=2", dt, NULL, NULL}, false};
+  NG_OK(ng_rmsnorm_for_each_variant(c, find_opt, &g));
+  assert_true(g.found);
+  ng_context_release(c);
+  ng_test_remove_tree(dir);
+  free(dir);
+}
+
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--race-child") == 0)
     return race_child(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
@@ -971,6 +1036,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_env_and_off),
       cmocka_unit_test(test_eviction),          cmocka_unit_test(test_two_processes),
       cmocka_unit_test(test_prebuild),          cmocka_unit_test(test_prebuild_gpu_shapes),
+      cmocka_unit_test(test_prebuild_tuned_lengths),
   };
   int r = NG_RUN_GROUP_TESTS(tests, NULL, NULL);
   ng_test_env_release();

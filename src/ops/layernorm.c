@@ -431,7 +431,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
 }
 
 /* Every program a LayerNorm call can pick on ctx's device: per alignment and row length
- * (ng_variant_n's: on GPUs the work-group grows with the row), x dtype × weight (absent or a
+ * (ng_variant_n_ctx's: on GPUs the work-group grows with the row), x dtype × weight (absent or a
  * dtype) × bias (absent, the weight's dtype, or any dtype without a weight) for the forward; for
  * the backward each trained subset of those parameters (none trained is the frozen launch), in
  * calls of many rows and of a few, with the in-kernel reduction where the launch takes it; and
@@ -440,7 +440,7 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
   static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
   ng_status s = NG_SUCCESS;
   for (int aligned = 1; aligned >= 0; aligned--)
-    for (size_t ni = 0, n; (n = ng_variant_n(ni)) != 0; ni++)
+    for (size_t ni = 0, n; (n = ng_variant_n_ctx(ctx, ni)) != 0; ni++)
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
         const ng_dtype xd = fl[xi];
         /* the kinds as the calls name them, so a tuned or built-in launch is built too */

@@ -454,12 +454,12 @@ ng_status ng_polynorm_backward(ng_context *ctx, cl_command_queue queue, const ng
 
 /* Every program a call can use on ctx's device: per x dtype and alignment, the forward and the
  * four frozen combinations of the backward, for every work-group size the launch choice can give
- * (row lengths of every power of two are asked for), and the gradient reductions. */
+ * (ng_variant_n_ctx's row lengths are asked for), and the gradient reductions. */
 ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *user) {
   static const ng_dtype fl[] = {NG_F32, NG_F16, NG_BF16};
   ng_status s = NG_SUCCESS;
   for (int aligned = 1; aligned >= 0; aligned--)
-    for (size_t n = 1; n <= ((size_t)1 << 26); n *= 2) {
+    for (size_t ni = 0, n; (n = ng_variant_n_ctx(ctx, ni)) != 0; ni++) {
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
         /* the kind as the calls name it, so a tuned or built-in launch is built too */
         ng_row_launch lf = ng_choose_row_launch_k(ctx, "polynorm.fwd", fl[xi], (size_t)1 << 20,

@@ -627,7 +627,7 @@ ng_status ng_fused_add_rmsnorm_backward_scratch_size(ng_context *ctx,
 
 /* Every program the RMSNorm (or, with `fused`, the fused add + RMSNorm) calls can pick on this
  * device: x dtype × (no weight, or a weight of each dtype) × forward / frozen backward / backward
- * with dW × each launch shape the device can get (vector width 8 or 1; ng_variant_n's row
+ * with dW × each launch shape the device can get (vector width 8 or 1; ng_variant_n_ctx's row
  * lengths; calls of many rows and of a few), and the dweight reductions. Other shape effects (the
  * group count) are kernel arguments. Duplicates are left to the caller. */
 static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn, void *user) {
@@ -635,7 +635,7 @@ static ng_status for_each_variant(ng_context *ctx, bool fused, ng_variant_fn fn,
   ng_status s = NG_SUCCESS;
   for (int pass = 0; pass < 3; pass++) /* forward, frozen backward, backward with dW */
     for (int aligned = 1; aligned >= 0; aligned--)
-      for (size_t ni = 0, n; (n = ng_variant_n(ni)) != 0; ni++)
+      for (size_t ni = 0, n; (n = ng_variant_n_ctx(ctx, ni)) != 0; ni++)
         for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
           /* the launches, as the op asks for them: [0] a call of many rows; [1] one of a few
            * rows, which NG_ROWS_256X4 and NG_ROWS_FIT2 leave on the old shape; [2] the fused
