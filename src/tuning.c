@@ -280,7 +280,8 @@ static const ng_builtin_tune builtin[] = {
     /* RMSNorm's backward with dW on 1024 x 2, a group a compute unit, instead of 512 x 4: bf16
      * 9216-16384 -4.5 to -9.7 % (8704 -1.1 %; its frozen pass, on the same shape for dx's bits,
      * even to -4.8 %); f16 +11 to +25 % and f32 +46 %, so bf16 alone */
-    {H200, "rmsnorm.bwd", BF16, 9216, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
+    {H200, "rmsnorm.bwd", BF16, 9216, 10239, NG_BUILTIN_V(1024, 132, 2, 2)},
+    {H200, "rmsnorm.bwd", BF16, 12289, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
     /* the fused add's forward on 1024 x 2, two groups a compute unit with the prefetch, instead
      * of 512 x 4 (NG_ROWS_512X4): bf16 and f16 8704-16384 -4.8 to -8.6 %, f32 +10 % */
     {H200, "fused-add-rmsnorm.fwd", X16, 8704, 16384, NG_BUILTIN_V(1024, 264, 2, 2)},
@@ -441,6 +442,19 @@ static const ng_builtin_tune builtin[] = {
      * against the binary before it (three alternating rounds, outputs compared) -7.2, -2.9 %
      * (10240 and 13312 even); f16 lost 1.2 and 3.5 %, so bf16 alone */
     {H200, "layernorm.fwd", BF16, 11264, 12288, NG_BUILTIN_V(384, 0, 4, 0)},
+    /* RMSNorm's bf16 backward on 768 x 2 (a row of up to 1536 vectors, 12288's exactly)
+     * instead of 1024 x 2, a group a compute unit with the prefetch; its frozen pass on that
+     * shape, and on 1024 x 2 at 13312-14336, on the same grid instead of the rules' 264. Under
+     * the override (three rounds): with dW -4.2, -4.8, -0.5 % at 10240, 11264, 12288, frozen
+     * -6.5, -7.6, -5.7 % (9216 -9.1 %, but its dW was not measured; 13312 and beyond +33 to
+     * +41 %, past the registers); the grid alone frozen -2.4 to -3.3 % at 11264-13312, -2.0 %
+     * at 14336, even at 16384. Through this table against the binary before it (three
+     * alternating rounds, outputs compared): with dW 74.1-74.7 -> 70.9-71.5 us at 10240
+     * (-4.2 %), -0.3 % at 12288; frozen 69.6 -> 64.4-65.5 at 10240 (-7.2 %), -5.0 % at 12288,
+     * -3.4 % at 13312; 13312 with dW even. The range 9216-16384 of the entry before keeps
+     * 1024 x 2 either side. */
+    {H200, "rmsnorm.bwd", BF16, 10240, 12288, NG_BUILTIN_V(768, 132, 2, 2)},
+    {H200, "rmsnorm.bwd_frozen", BF16, 10240, 14336, NG_BUILTIN_V(0, 132, 0, 2)},
 };
 #undef H200
 #undef BF16

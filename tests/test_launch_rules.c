@@ -793,6 +793,30 @@ static void test_builtin_launches(void **state) {
     assert_true(ng_rmsnorm_bwd_plan(h2, 2520, 13312, NG_BF16, true, true, dw, &l, &c2));
     assert_int_equal(c2.l.wg, 256);
   }
+  /* ... and RMSNorm's bf16 backward at 10240-12288 on 768 x 2 a group a compute unit with the
+   * prefetch, its frozen pass on that shape and grid, and at 13312-14336 on 1024 x 2 with that
+   * grid; 9216 and 16384 keep 1024 x 2 (the entry either side; frozen, the rules' grid), f16
+   * and the H100 the rules' */
+  for (int dw = 0; dw < 2; dw++) {
+    const size_t rb[] = {9216, 10240, 11264, 12288, 13312, 14336, 16384};
+    for (size_t i = 0; i < NG_ARRAY_LEN(rb); i++) {
+      const size_t rows = (1u << 25) / rb[i];
+      const bool fit = rb[i] >= 10240 && rb[i] <= 12288;
+      assert_false(ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_BF16, false, false, dw, &l, &c2));
+      assert_int_equal(l.wg, fit ? 768 : 1024);
+      assert_int_equal(l.reg_cols, 2);
+      if (dw || (rb[i] >= 10240 && rb[i] <= 14336)) {
+        assert_int_equal(l.groups, 132);
+        assert_true(l.prefetch);
+      } else {
+        assert_int_not_equal(l.groups, 132);
+      }
+      (void)ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_F16, false, false, dw, &l, &c2);
+      assert_int_not_equal(l.wg, 768);
+      (void)ng_rmsnorm_bwd_plan(h1, rows, rb[i], NG_BF16, false, false, dw, &l, &c1);
+      assert_int_not_equal(l.wg, 768);
+    }
+  }
   /* ... and LayerNorm's bf16 forward at 11264-12288 on 384 x 4 (a row of 1536 vectors held
    * exactly), on the rules' grid for that shape; 10240, 13312, f16 and the H100 keep theirs */
   const ng_rows_mode lfw = NG_ROWS_FWD_RAW16 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4; /* ln_fwd_mode */
@@ -842,7 +866,7 @@ static void test_tuned_split(void **state) {
   const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512;
   assert_int_not_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 16384, true, bdw).wg,
                        1024);
-  assert_int_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 10240, true, bdw).wg,
+  assert_int_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 9216, true, bdw).wg,
                    1024); /* another bucket: the entry */
   ng_context_release(c);
   c = h100(); /* reads the lines */
