@@ -279,7 +279,8 @@ void ng_tuning_load(ng_context *ctx) {
 static const ng_builtin_tune builtin[] = {
     /* RMSNorm's backward with dW on 1024 x 2, a group a compute unit, instead of 512 x 4: bf16
      * 9216-16384 -4.5 to -9.7 % (8704 -1.1 %; its frozen pass, on the same shape for dx's bits,
-     * even to -4.8 %); f16 +11 to +25 % and f32 +46 %, so bf16 alone */
+     * even to -4.8 %); f16 +11 to +25 % and f32 +46 %, so bf16 alone (10240-12288 since the
+     * eighth round's entry below) */
     {H200, "rmsnorm.bwd", BF16, 9216, 10239, NG_BUILTIN_V(1024, 132, 2, 2)},
     {H200, "rmsnorm.bwd", BF16, 12289, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
     /* the fused add's forward on 1024 x 2, two groups a compute unit with the prefetch, instead
