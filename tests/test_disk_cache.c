@@ -981,12 +981,7 @@ static ng_status find_opt(ng_context *ctx, const char *program, const ng_opts *o
 static void test_prebuild_tuned_lengths(void **state) {
   (void)state;
   ng_context *c = ctx_with(NULL);
-  c->info.type = CL_DEVICE_TYPE_GPU;
-  c->info.max_wg = 1024;
-  c->info.compute_units = 132;
-  c->info.local_mem = 48 * 1024;
-  c->info.nv_shfl = c->info.nv_bf16 = true;
-  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H200");
+  ng_test_as_nvidia(c, "NVIDIA H200");
   char dt[32];
   snprintf(dt, sizeof dt, "-DDTYPE=%d ", (int)NG_BF16);
   find_opts f = {{"-DWG=384 -DREG=4", dt, NULL, NULL}, false};
@@ -997,7 +992,7 @@ static void test_prebuild_tuned_lengths(void **state) {
   NG_OK(ng_layernorm_for_each_variant(c, find_opt, &f));
   assert_false(f.found);
   NG_OK(ng_context_override(c, NG_TUNE_TABLE, NG_TUNE_AUTO));
-  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H100 80GB HBM3");
+  ng_test_as_nvidia(c, "NVIDIA H100 80GB HBM3");
   NG_OK(ng_layernorm_for_each_variant(c, find_opt, &f));
   assert_false(f.found);
   ng_context_release(c);

@@ -18,13 +18,8 @@ static ng_context *h100(void) {
   unsetenv("NORMGRAD_TUNE"); /* read at context creation */
   ng_context *c = NULL;
   NG_OK(ng_context_create(env->cl_ctx, env->device, &c));
-  c->info.type = CL_DEVICE_TYPE_GPU;
-  c->info.compute_units = 132;
-  c->info.max_wg = 1024;
-  c->info.local_mem = 48 * 1024;
-  c->info.nv_shfl = c->info.nv_bf16 = true;
   /* the built-in table keys on the name: an H200 running the tests must not look like itself */
-  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H100 80GB HBM3");
+  ng_test_as_nvidia(c, "NVIDIA H100 80GB HBM3");
   return c;
 }
 
@@ -534,7 +529,7 @@ static void test_coop_slices(void **state) {
 
 static ng_context *h200(void) {
   ng_context *c = h100();
-  snprintf(c->info.name, sizeof c->info.name, "%s", "NVIDIA H200");
+  ng_test_as_nvidia(c, "NVIDIA H200");
   return c;
 }
 

@@ -1,4 +1,5 @@
 #include "ng_test.h"
+#include "ng_internal.h" /* ng_test_as_nvidia */
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,6 +46,15 @@ void ng_test_fused_reduce_shape(ng_context *ctx, unsigned wg, unsigned reg) {
   NG_OK(ng_context_override(ctx, NG_TUNE_FUSED_REDUCE, 2));
   NG_OK(ng_context_override(ctx, NG_TUNE_WORKGROUP, wg));
   NG_OK(ng_context_override(ctx, NG_TUNE_REG_COLS, reg));
+}
+
+void ng_test_as_nvidia(ng_context *c, const char *name) {
+  c->info.type = CL_DEVICE_TYPE_GPU;
+  c->info.compute_units = 132;
+  c->info.max_wg = 1024;
+  c->info.local_mem = 48 * 1024;
+  c->info.nv_shfl = c->info.nv_bf16 = true;
+  snprintf(c->info.name, sizeof c->info.name, "%s", name);
 }
 
 unsigned ng_test_two_per_cu(void) {

@@ -79,6 +79,10 @@ void ng_test_fused_reduce_shape(ng_context *ctx, unsigned wg, unsigned reg);
 /* Two work-groups per compute unit of the test device: the grid at which the in-kernel
  * reductions keep 16 rows in flight instead of 8 (src/context.c, ng_fused_rows_in_flight). */
 unsigned ng_test_two_per_cu(void);
+/* ctx made to look, to the launch choice, like an NVIDIA H100 or H200 named `name` (132 compute
+ * units, 1024 work-items, 48 KB of local memory, the warp sums and bf16 rounding): the choice
+ * reads only these facts, and the built-in table keys on the name and units. */
+void ng_test_as_nvidia(ng_context *ctx, const char *name);
 /* Every launch override of ctx back to NG_TUNE_AUTO. */
 void ng_test_reset_overrides(ng_context *ctx);
 
