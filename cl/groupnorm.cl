@@ -265,7 +265,23 @@ inline gn_st gn_apply_next(__global const XT *xc, __global XT *yc, __global cons
   float wc = 0.0f, bc = 0.0f;
   bool fast = false;
   ch--; /* the first chunk moves to the block's first channel */
-#define GN_APPLY_CHUNK(j)                                                                              do {                                                                                                   if (rem == 0) {                                                                                        ch++;                                                                                                rem = cpc;                                                                                           wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;                                                 bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;                                                 fast = !isnan(wc) && !isnan(bc) && !isnan(mean) && !isnan(rs);                                    }                                                                                                    rem--;                                                                                               NG_PF_MEM(xc, j);                                                                                    const floatC y_ = (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc;                                      if (fast)                                                                                              NG_STCF(DTYPE, yc, j, y_);                                                                         else                                                                                                   NG_STC(DTYPE, yc, j, y_);                                                                        } while (0)
+#define GN_APPLY_CHUNK(j)                                                                          \
+  do {                                                                                             \
+    if (rem == 0) {                                                                                \
+      ch++;                                                                                        \
+      rem = cpc;                                                                                   \
+      wc = has_w ? gn_ld_param(w, w_off + ch, pdt) : 1.0f;                                         \
+      bc = has_b ? gn_ld_param(b, b_off + ch, pdt) : 0.0f;                                         \
+      fast = !isnan(wc) && !isnan(bc) && !isnan(mean) && !isnan(rs);                               \
+    }                                                                                              \
+    rem--;                                                                                         \
+    NG_PF_MEM(xc, j);                                                                              \
+    const floatC y_ = (NG_LDC(DTYPE, xc, j) - mean) * rs * wc + bc;                                \
+    if (fast)                                                                                      \
+      NG_STCF(DTYPE, yc, j, y_);                                                                   \
+    else                                                                                           \
+      NG_STC(DTYPE, yc, j, y_);                                                                    \
+  } while (0)
   for (uint k = 0; k < full; k++) {
     floatC v[GN_K];
 #pragma unroll
@@ -896,7 +912,19 @@ inline float gn_hsumc(floatC v) {
  * while the next block streams in. The sums are the same bits with or without DX. Chunks of
  * NG_CH vectors, one floatV at the end of an odd channel. */
 #define GN_DX_OF(d, x) ((((d) * pwc - (((x) - pmu) * prs) * c1) - c2) * prs)
-#define GN_BWD_WALK(DO_SUMS, DO_DX, STC)                                                               for (uint j = 0; j < nc; j++) {                                                                        if (DO_DX) {                                                                                            NG_PF_MEM(pdy, j);                                                                                   NG_PF_MEM(px, j);                                                                                    STC(DTYPE, pdx, j, GN_DX_OF(NG_LDC(DTYPE, pdy, j), NG_LDC(DTYPE, px, j)));                         }                if (DO_SUMS) {                                                                                         NG_PF_MEM(cdy, j);                                                                                   NG_PF_MEM(cx, j);                                                                                    GN_BWD_SUMS(floatC, NG_LDC(DTYPE, cdy, j), NG_LDC(DTYPE, cx, j), a1, a2, sw, sb);                  }        }
+#define GN_BWD_WALK(DO_SUMS, DO_DX, STC)                                                           \
+  for (uint j = 0; j < nc; j++) {                                                                  \
+    if (DO_DX) {                                                                                   \
+      NG_PF_MEM(pdy, j);                                                                           \
+      NG_PF_MEM(px, j);                                                                            \
+      STC(DTYPE, pdx, j, GN_DX_OF(NG_LDC(DTYPE, pdy, j), NG_LDC(DTYPE, px, j)));                   \
+    }                                                                                              \
+    if (DO_SUMS) {                                                                                 \
+      NG_PF_MEM(cdy, j);                                                                           \
+      NG_PF_MEM(cx, j);                                                                            \
+      GN_BWD_SUMS(floatC, NG_LDC(DTYPE, cdy, j), NG_LDC(DTYPE, cx, j), a1, a2, sw, sb);            \
+    }                                                                                              \
+  }
 inline void gn_bwd_walk(__global const XT *dy, __global const XT *x, __global XT *dx,
                         __global const uchar *w, ulong w_off, int pdt, int has_w, uint G, uint Cg,
                         uint S, int do_sums, uint blk, float mu, float rs, float *s1, float *s2,
