@@ -533,10 +533,11 @@ static ng_context *h200(void) {
   return c;
 }
 
-static bool valid_values(const unsigned v[NG_TUNE_SLOTS]) {
+/* Values the device of ctx can take: a work-group as an override or tuning.txt may ask for it
+ * (ng_wg_asked_ok: a power of two or a multiple of 32, within the device's limit) */
+static bool valid_values(const ng_context *ctx, const unsigned v[NG_TUNE_SLOTS]) {
   const unsigned wg = v[NG_TUNE_WORKGROUP], r = v[NG_TUNE_REG_COLS];
-  /* a power of two or a multiple of 32 (ng_wg_asked_ok), within the H200's 1024 */
-  return (wg == 0 || (((wg & (wg - 1)) == 0 || wg % 32 == 0) && wg <= 1024)) &&
+  return (wg == 0 || ng_wg_asked_ok(ctx, wg)) &&
          (r == 0 || r == 1 || r == 2 || r == 4 || r == 8) &&
          (v[NG_TUNE_VECTOR] == 0 || v[NG_TUNE_VECTOR] == 1 || v[NG_TUNE_VECTOR] == 8) &&
          v[NG_TUNE_PREFETCH] <= 2 && v[NG_TUNE_TABLE] == 0;
@@ -554,7 +555,7 @@ static void test_builtin_entries(void **state) {
   static const ng_dtype dts[] = {NG_F32, NG_F16, NG_BF16};
   for (size_t i = 0; i < count; i++) {
     const ng_builtin_tune *e = &t[i];
-    if (!(e->lo <= e->hi && e->lo > 1 && e->dtypes && !(e->dtypes & ~7u) && valid_values(e->v)))
+    if (!(e->lo <= e->hi && e->lo > 1 && e->dtypes && !(e->dtypes & ~7u) && valid_values(h2, e->v)))
       fail_msg("entry %zu (%s, %zu-%zu) is malformed", i, e->kind, e->lo, e->hi);
     assert_string_equal(e->device, "NVIDIA H200");
     assert_int_equal(e->compute_units, 132);
