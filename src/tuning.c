@@ -280,12 +280,13 @@ static const ng_builtin_tune builtin[] = {
     /* RMSNorm's backward with dW on 1024 x 2, a group a compute unit, instead of 512 x 4: bf16
      * 9216-16384 -4.5 to -9.7 % (8704 -1.1 %; its frozen pass, on the same shape for dx's bits,
      * even to -4.8 %); f16 +11 to +25 % and f32 +46 %, so bf16 alone (10240-12288 since the
-     * eighth round's entry below) */
-    {H200, "rmsnorm.bwd", BF16, 9216, 10239, NG_BUILTIN_V(1024, 132, 2, 2)},
+     * eighth round's entry below, 8704-12288 since the ninth's) */
     {H200, "rmsnorm.bwd", BF16, 12289, 16384, NG_BUILTIN_V(1024, 132, 2, 2)},
     /* the fused add's forward on 1024 x 2, two groups a compute unit with the prefetch, instead
-     * of 512 x 4 (NG_ROWS_512X4): bf16 and f16 8704-16384 -4.8 to -8.6 %, f32 +10 % */
-    {H200, "fused-add-rmsnorm.fwd", X16, 8704, 16384, NG_BUILTIN_V(1024, 264, 2, 2)},
+     * of 512 x 4 (NG_ROWS_512X4): bf16 and f16 8704-16384 -4.8 to -8.6 %, f32 +10 % (bf16 at
+     * 8704-11264 since the ninth round's entries below) */
+    {H200, "fused-add-rmsnorm.fwd", X16, 11265, 16384, NG_BUILTIN_V(1024, 264, 2, 2)},
+    {H200, "fused-add-rmsnorm.fwd", F16, 8704, 11264, NG_BUILTIN_V(1024, 264, 2, 2)},
     /* LayerNorm's both-frozen backward of split rows on four groups a compute unit instead of
      * three: -3.4 to -7.3 % in bf16 and f16 at 32768-131072, f32 -12.8 % at 65536, even at
      * 131072 */
@@ -430,12 +431,6 @@ static const ng_builtin_tune builtin[] = {
      * either grid, f16 7.5-15 % at 8704-12288, so bf16 alone */
     {H200, "rmsnorm.fwd", BF16, 8704, 10240, NG_BUILTIN_V(512, 264, 4, 2)},
     {H200, "rmsnorm.fwd", BF16, 11264, 12288, NG_BUILTIN_V(512, 1056, 4, 2)},
-    /* the fused add's backward, held by the rules in two slices of 256 x 4, on three of 128 x 4
-     * with three groups a compute unit: bf16 -9.6, -7.6, -4.6, -3.1 % at 9216, 10240, 11264,
-     * 12288 (14336 -0.3 % under the override); frozen on that shape with four groups a compute
-     * unit and no prefetch -8.0, -6.6, -3.1, -4.6 % (14336 +2.3 %) */
-    {H200, "fused-add-rmsnorm.bwd", BF16, 9216, 12288, NG_BUILTIN_V(128, 396, 0, 2)},
-    {H200, "fused-add-rmsnorm.bwd_frozen", BF16, 9216, 12288, NG_BUILTIN_V(0, 528, 0, 1)},
     /* An eighth round (2026-11-29, a work-group of a multiple of 32 that is not a power of
      * two): LayerNorm's forward at 11264-12288 (1408-1536 vectors) on 384 x 4, which holds
      * 12288's row exactly, instead of 1024 x 2, which leaves a quarter of it idle: under the
@@ -453,9 +448,51 @@ static const ng_builtin_tune builtin[] = {
      * alternating rounds, outputs compared): with dW 74.1-74.7 -> 70.9-71.5 us at 10240
      * (-4.2 %), -0.3 % at 12288; frozen 69.6 -> 64.4-65.5 at 10240 (-7.2 %), -5.0 % at 12288,
      * -3.4 % at 13312; 13312 with dW even. The range 9216-16384 of the entry before keeps
-     * 1024 x 2 either side. */
-    {H200, "rmsnorm.bwd", BF16, 10240, 12288, NG_BUILTIN_V(768, 132, 2, 2)},
-    {H200, "rmsnorm.bwd_frozen", BF16, 10240, 14336, NG_BUILTIN_V(0, 132, 0, 2)},
+     * 1024 x 2 beyond 12288; 9217 since the ninth round (through the table: with dW 81.3-82.5
+     * -> 74.2-74.9 us at 9216 before 576 x 2 took it, -9.6 % at 9728; frozen -8.9, -9.4 %). */
+    {H200, "rmsnorm.bwd", BF16, 9217, 12288, NG_BUILTIN_V(768, 132, 2, 2)},
+    {H200, "rmsnorm.bwd_frozen", BF16, 9217, 14336, NG_BUILTIN_V(0, 132, 0, 2)},
+    /* A ninth round (2026-11-29): a work-group of the smallest multiple of 32 that holds the
+     * row exactly at the top of each range (W x 4 for LayerNorm's forward, W x 2 for the
+     * backwards), where the power of two or the split leaves much of it idle. Through this table
+     * against the binary before it, outputs compared: bf16 three alternating rounds, f16 two
+     * (one at 11264-12288 and for LayerNorm's and RMSNorm's f16, where the time ran out).
+     *  - LayerNorm's forward on 288 x 4 to 9216 and 320 x 4 to 10240: bf16 -19.2, -15.8, -15.3,
+     *    -10.3 % at 8704, 9216, 9728, 10240 (0.55 -> 0.68 of copy at 8704); f16 -12.2, -7.7,
+     *    -6.6 % at 8704, 9216, 10240. 416 x 4 at 12289-13312: bf16 -4.5 % at 13312, -2.4 % at
+     *    12800, f16 even (so bf16 alone); 448 x 4 at 14336 even, 480 x 4 at 15360 +20.6 %.
+     *  - RMSNorm's backward on 576 x 2 at 8704-9216 with dW on a group a compute unit, frozen
+     *    on two: bf16 with dW -16.6, -15.4, -0.5 % at 8704, 8960, 9216, frozen -19.0, -13.3 % at
+     *    8704, 9216 (against 768 x 2 at 9216, itself -8.9 % on 1024 x 2); f16 at 9216 -14.7 %,
+     *    frozen -9.6 % (8704 untimed in f16). 640 x 2 at 10240 and 704 x 2 at 11264 were even
+     *    under the override, 768 x 2 frozen on two groups a compute unit +0.9 to +3.2 %.
+     *  - The fused add's backward on W x 2, a group a compute unit with the prefetch, instead
+     *    of three slices of 128 x 4 on three (bf16) or the rules' two of 256 (f16); frozen on
+     *    that shape and grid: bf16 with dW -15.6, -6.2, -4.7, -3.9, -1.3, -0.5 % at 8704, 9216,
+     *    9728, 10240, 11264, 12288, frozen -16.4, -10.0, -8.9, -6.5, -5.1, -3.0 %; without ds_out
+     *    (RMSNorm's kernel on the fused add's launch) -29.2 % at 10240; f16 with dW -16.5,
+     *    -15.9, -10.2, -8.5, -6.3 % at 8704, 9216, 10240, 11264, 12288, frozen -16.6, -17.3,
+     *    -13.7, -8.1, -6.4 %. 13312 on 832 x 2 -2.0 % with dW, frozen even: not taken.
+     *  - The fused add's bf16 forward on that shape to 11264 (10240 on two groups a compute
+     *    unit, what `tune` found there): -3.9, -5.4, -2.5, -5.5 % at 8704, 9216, 10240, 11264;
+     *    12288 even; f16 untimed (its 1024 x 2 entry kept).
+     * RMSNorm's forward lost on W x 2 (+6 to +12 %) and W/2 x 4 (+0.2 to +3.4 %) at
+     * 8704-11264, LayerNorm's backward on W x 4 at 11264-14336 (+1.3 to +2.9 %). */
+    {H200, "layernorm.fwd", X16, 8704, 9216, NG_BUILTIN_V(288, 0, 4, 0)},
+    {H200, "layernorm.fwd", X16, 9217, 10240, NG_BUILTIN_V(320, 0, 4, 0)},
+    {H200, "layernorm.fwd", BF16, 12289, 13312, NG_BUILTIN_V(416, 0, 4, 0)},
+    {H200, "rmsnorm.bwd", X16, 8704, 9216, NG_BUILTIN_V(576, 132, 2, 2)},
+    {H200, "rmsnorm.bwd_frozen", X16, 8704, 9216, NG_BUILTIN_V(0, 264, 0, 2)},
+    {H200, "fused-add-rmsnorm.bwd", X16, 8704, 8704, NG_BUILTIN_V(544, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.bwd", X16, 8705, 9216, NG_BUILTIN_V(576, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.bwd", X16, 9217, 10240, NG_BUILTIN_V(640, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.bwd", X16, 10241, 11264, NG_BUILTIN_V(704, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.bwd", X16, 11265, 12288, NG_BUILTIN_V(768, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.bwd_frozen", X16, 8704, 12288, NG_BUILTIN_V(0, 132, 0, 2)},
+    {H200, "fused-add-rmsnorm.fwd", BF16, 8704, 8704, NG_BUILTIN_V(544, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.fwd", BF16, 8705, 9216, NG_BUILTIN_V(576, 132, 2, 2)},
+    {H200, "fused-add-rmsnorm.fwd", BF16, 9217, 10240, NG_BUILTIN_V(640, 264, 2, 2)},
+    {H200, "fused-add-rmsnorm.fwd", BF16, 10241, 11264, NG_BUILTIN_V(704, 132, 2, 2)},
 };
 #undef H200
 #undef BF16

@@ -581,7 +581,7 @@ static void test_builtin_entries(void **state) {
   unsigned v[NG_TUNE_SLOTS] = {0};
   assert_true(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 16384, v));
   assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 16385, v));
-  assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 9215, v));
+  assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd", NG_BF16, 8703, v)); /* below 8704 */
   assert_false(ng_tuned_lookup(h2, "rmsnorm.bwd_frozen", NG_BF16, 16384, v)); /* no entry */
   assert_false(ng_tuned_lookup(h2, NULL, NG_BF16, 16384, v));
   NG_OK(ng_context_override(h2, NG_TUNE_TABLE, 1));
@@ -767,65 +767,104 @@ static void test_builtin_launches(void **state) {
   }
   l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_BF16, 2520, 13312, true, fw);
   assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
-  /* ... and the fused add's bf16 backward at 9216-12288 on three slices of 128, three groups a
-   * compute unit with dW, four without the prefetch frozen (the same shape: dx's bits); 8704,
-   * 13312, f16 and the H100 keep two slices of 256 */
-  for (int dw = 0; dw < 2; dw++) {
-    const size_t fn[] = {9216, 10240, 12288};
-    for (size_t i = 0; i < 3; i++) {
-      const size_t rows = (1u << 25) / fn[i];
-      assert_true(ng_rmsnorm_bwd_plan(h2, rows, fn[i], NG_BF16, true, true, dw, &l, &c2));
-      assert_int_equal(c2.l.wg, 128);
-      assert_int_equal(c2.slices, 3);
-      assert_int_equal(c2.l.groups, (dw ? 396 : 528) / c2.slices * c2.slices);
-      assert_int_equal(c2.l.prefetch, dw);
-      assert_true(ng_rmsnorm_bwd_plan(h2, rows, fn[i], NG_F16, true, true, dw, &l, &c2));
-      assert_int_equal(c2.l.wg, 256);
-      assert_true(ng_rmsnorm_bwd_plan(h1, rows, fn[i], NG_BF16, true, true, dw, &l, &c1));
-      assert_int_not_equal(c1.l.wg, 128);
+  /* ... and the ninth round's fused add at 8704-12288 on W x 2 holding the row exactly (W the
+   * smallest multiple of 32 that holds it at the top of each range), a group a compute unit
+   * with the prefetch, with dW and frozen alike (dx's bits), bf16 and f16; the bf16 forward on
+   * that shape to 11264 (10240 on two groups a compute unit). 13312 and the H100 keep the
+   * rules' (the backward's two slices of 256), the f16 forward 1024 x 2 (the entry before) */
+  const struct {
+    size_t n;
+    unsigned wg, fwd_wg, fwd_groups;
+  } fa[] = {{8704, 544, 544, 132},   {9216, 576, 576, 132},   {9728, 640, 640, 264},
+            {10240, 640, 640, 264},  {11264, 704, 704, 132},  {12288, 768, 1024, 264},
+            {13312, 256, 1024, 264}};
+  const ng_rows_mode faw = NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
+                           NG_ROWS_FWD_128X4 | NG_ROWS_512X2; /* fwd_mode, fused, bf16 */
+  for (size_t i = 0; i < NG_ARRAY_LEN(fa); i++) {
+    const size_t rows = (1u << 25) / fa[i].n;
+    for (int g = 0; g < 4; g++) {
+      const bool dw = g & 1, held = fa[i].n <= 12288;
+      const ng_dtype xd = g < 2 ? NG_BF16 : NG_F16;
+      assert_int_equal(ng_rmsnorm_bwd_plan(h2, rows, fa[i].n, xd, true, true, dw, &l, &c2), !held);
+      assert_int_equal(held ? l.wg : c2.l.wg, fa[i].wg);
+      if (held) {
+        assert_int_equal(l.reg_cols, 2);
+        assert_int_equal(l.groups, 132);
+        assert_true(l.prefetch);
+      }
+      (void)ng_rmsnorm_bwd_plan(h1, rows, fa[i].n, xd, true, true, dw, &l, &c1);
+      if (held) assert_int_not_equal(l.wg, fa[i].wg);
     }
-    assert_true(ng_rmsnorm_bwd_plan(h2, 3855, 8704, NG_BF16, true, true, dw, &l, &c2));
-    assert_int_equal(c2.l.wg, 256);
-    assert_true(ng_rmsnorm_bwd_plan(h2, 2520, 13312, NG_BF16, true, true, dw, &l, &c2));
-    assert_int_equal(c2.l.wg, 256);
+    l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_BF16, rows, fa[i].n, true, faw);
+    assert_int_equal(l.wg, fa[i].fwd_wg);
+    assert_int_equal(l.reg_cols, 2);
+    assert_int_equal(l.groups, fa[i].fwd_groups);
+    assert_true(l.prefetch);
+    l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_F16, rows, fa[i].n, true,
+                               faw & ~NG_ROWS_512X2);
+    assert_int_equal(l.wg, 1024);
+    l = ng_choose_row_launch_k(h1, "fused-add-rmsnorm.fwd", NG_BF16, rows, fa[i].n, true, faw);
+    assert_int_equal(l.wg & (l.wg - 1), 0);
   }
-  /* ... and RMSNorm's bf16 backward at 10240-12288 on 768 x 2 a group a compute unit with the
+  /* ... and RMSNorm's bf16 backward at 9217-12288 on 768 x 2 a group a compute unit with the
    * prefetch, its frozen pass on that shape and grid, and at 13312-14336 on 1024 x 2 with that
-   * grid; 9216 and 16384 keep 1024 x 2 (the entry either side; frozen, the rules' grid), f16
+   * grid; at 8704-9216 on 576 x 2 (the ninth round, f16 too), frozen on two groups a compute
+   * unit; 16384 keeps 1024 x 2 (the entry before; frozen, the rules' grid), 8192, f16 past 9216
    * and the H100 the rules' */
   for (int dw = 0; dw < 2; dw++) {
-    const size_t rb[] = {9216, 10240, 11264, 12288, 13312, 14336, 16384};
+    const size_t rb[] = {8704, 9216, 9728, 10240, 11264, 12288, 13312, 14336, 16384};
     for (size_t i = 0; i < NG_ARRAY_LEN(rb); i++) {
       const size_t rows = (1u << 25) / rb[i];
-      const bool fit = rb[i] >= 10240 && rb[i] <= 12288;
+      const unsigned wg = rb[i] <= 9216 ? 576 : rb[i] <= 12288 ? 768 : 1024;
       assert_false(ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_BF16, false, false, dw, &l, &c2));
-      assert_int_equal(l.wg, fit ? 768 : 1024);
+      assert_int_equal(l.wg, wg);
       assert_int_equal(l.reg_cols, 2);
-      if (dw || (rb[i] >= 10240 && rb[i] <= 14336)) {
-        assert_int_equal(l.groups, 132);
+      if (dw || rb[i] <= 14336) {
+        assert_int_equal(l.groups, !dw && rb[i] <= 9216 ? 264 : 132);
         assert_true(l.prefetch);
       } else {
         assert_int_not_equal(l.groups, 132);
       }
-      (void)ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_F16, false, false, dw, &l, &c2);
-      assert_int_not_equal(l.wg, 768);
+      const bool split16 = ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_F16, false, false, dw, &l, &c2);
+      if (rb[i] <= 9216) {
+        assert_false(split16);
+        assert_int_equal(l.wg, 576);
+        assert_int_equal(l.groups, dw ? 132 : 264);
+      } else {
+        assert_int_not_equal(l.wg, wg);
+      }
       (void)ng_rmsnorm_bwd_plan(h1, rows, rb[i], NG_BF16, false, false, dw, &l, &c1);
-      assert_int_not_equal(l.wg, 768);
+      assert_int_not_equal(l.wg, wg);
     }
+    (void)ng_rmsnorm_bwd_plan(h2, 4096, 8192, NG_BF16, false, false, dw, &l, &c2);
+    assert_int_not_equal(l.wg, 576);
   }
-  /* ... and LayerNorm's bf16 forward at 11264-12288 on 384 x 4 (a row of 1536 vectors held
-   * exactly), on the rules' grid for that shape; 10240, 13312, f16 and the H100 keep theirs */
+  /* ... and LayerNorm's bf16 forward on W x 4 holding the row exactly at the top of each range
+   * (288 at 8704-9216, 320 to 10240, f16 too; 384 at 11264-12288, 416 to 13312), on the rules'
+   * grid for that shape; 8192, 10752, 14336, f16 past 10240 and the H100 keep theirs */
   const ng_rows_mode lfw = NG_ROWS_FWD_RAW16 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4; /* ln_fwd_mode */
-  const size_t ln_n[] = {10240, 11264, 12288, 13312};
-  for (size_t i = 0; i < 4; i++) {
-    const size_t rows = (1u << 25) / ln_n[i];
-    const bool in = i == 1 || i == 2;
-    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, rows, ln_n[i], true, lfw);
-    assert_int_equal(l.wg * 8 + l.reg_cols == 384 * 8 + 4, in);
-    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_F16, rows, ln_n[i], true, lfw);
-    assert_int_not_equal(l.wg, 384);
-    l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, rows, ln_n[i], true, lfw);
-    assert_int_not_equal(l.wg, 384);
+  const struct {
+    size_t n;
+    unsigned wg;
+  } ln[] = {{8192, 0},     {8704, 288},   {9216, 288},   {9728, 320}, {10240, 320},
+            {10752, 0},    {11264, 384},  {12288, 384},  {12800, 416}, {13312, 416},
+            {14336, 0}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(ln); i++) {
+    const size_t rows = (1u << 25) / ln[i].n;
+    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, rows, ln[i].n, true, lfw);
+    if (ln[i].wg) {
+      assert_int_equal(l.wg, ln[i].wg);
+      assert_int_equal(l.reg_cols, 4);
+    } else {
+      assert_int_equal(l.wg & (l.wg - 1), 0); /* the rules' power of two */
+    }
+    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_F16, rows, ln[i].n, true, lfw);
+    if (ln[i].n >= 8704 && ln[i].n <= 10240)
+      assert_int_equal(l.wg, ln[i].wg);
+    else
+      assert_int_equal(l.wg & (l.wg - 1), 0);
+    l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, rows, ln[i].n, true, lfw);
+    assert_int_equal(l.wg & (l.wg - 1), 0);
   }
   l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 3276, 10240, true,
                              NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
@@ -862,7 +901,7 @@ static void test_tuned_split(void **state) {
   const ng_rows_mode bdw = NG_ROWS_BWD_DW | NG_ROWS_X16 | NG_ROWS_FIT2 | NG_ROWS_F32_1SLOT_512;
   assert_int_not_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 16384, true, bdw).wg,
                        1024);
-  assert_int_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2048, 9216, true, bdw).wg,
+  assert_int_equal(ng_choose_row_launch_k(c, "rmsnorm.bwd", NG_BF16, 2520, 13312, true, bdw).wg,
                    1024); /* another bucket: the entry */
   ng_context_release(c);
   c = h100(); /* reads the lines */
