@@ -11,7 +11,7 @@ alike), then each case's range over the rounds per variant.
                        is the baseline the others are set against)
   --env NAME:VAR=VAL   an environment variable for one variant (repeat), e.g.
                        --env new:NORMGRAD_TUNE=wg=512,reg=1; a variant may reuse another's binary
-                       (NORMGRAD_TUNE sets every kernel: a backward's forward too, docs/cli.md)
+                       (a backward's inputs come from the rules' forward whatever it sets)
   --case "OP ARGS"     the arguments of one `normgrad-cli bench` call (repeat), e.g.
                        "rmsnorm --rows 8192 --hidden 4096 --dtype bf16 --pass backward"
   --cases-file FILE    cases one per line (blank lines and lines starting with # skipped)
@@ -173,10 +173,6 @@ def main(argv):
                     line += "  outputs agree (%.2g)" % w
                 else:
                     line += "  outputs DIFFER (%.2g, in %s)" % (w, where)
-                    # the override also ran the forward that made this backward's inputs, whose
-                    # rounding a dW can carry past the bound (docs/cli.md)
-                    if "NORMGRAD_TUNE" in v["env"] and "--pass forward" not in case:
-                        line += " [NORMGRAD_TUNE set the forward too: docs/cli.md]"
             elif a.check and v["name"] != base:
                 line += "  outputs not checked"
             print(line)

@@ -275,6 +275,28 @@ static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec
   return rc;
 }
 
+/* A backward needs the forward's stats: the passes before `which` run once, untimed, on a
+ * context of the same device with the rules' launches (every override off, the tuned and
+ * built-in tables too), so a backward's inputs are the same bits whatever NORMGRAD_TUNE,
+ * tuning.txt or a build's table set. Otherwise --check-outputs would compare two forwards as
+ * well: in `llama` mode dW sums the rounded xhat, which an ulp of rstd moves, and a forward on
+ * another launch moved dW by 5-40 times the f32 bound (docs/cli.md). */
+static ng_status inputs_of_rules(cli_env *env, const cli_bench_case *cases, int which,
+                                 void *state) {
+  ng_context *rules = NULL, *own = env->ctx;
+  ng_status s = ng_context_create(env->cl_ctx, env->device, &rules);
+  for (int w = NG_TUNE_WORKGROUP; s == NG_SUCCESS && w <= NG_TUNE_FUSED_REDUCE; w++)
+    s = ng_context_override(rules, (ng_tune)w, w == NG_TUNE_TABLE ? 1u : NG_TUNE_AUTO);
+  env->ctx = rules;
+  for (int i = 0; i < which && s == NG_SUCCESS; i++) {
+    s = cases[i].run(env, state);
+    if (s == NG_SUCCESS) s = clFinish(env->queue);
+  }
+  env->ctx = own;
+  ng_context_release(rules);
+  return s;
+}
+
 int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const cli_options *o,
               const char *pass, bool json, const cli_bench_io *io) {
   char err[1024] = "";
@@ -339,10 +361,7 @@ int cli_bench(cli_env *env, const cli_op *op, const cli_bench_spec *spec, const 
   cli_bench_case subc = *c;
   subc.run = more->sub_run;
   ng_status s = NG_SUCCESS;
-  for (int i = 0; i < which && s == NG_SUCCESS; i++) { /* a backward needs the forward's stats */
-    s = cases[i].run(env, state);
-    if (s == NG_SUCCESS) s = clFinish(env->queue);
-  }
+  if (which > 0) s = inputs_of_rules(env, cases, which, state);
   if (s != NG_SUCCESS) goto failed;
   if (c->bytes < FLUSH_BELOW) {
     flush_bytes = FLUSH_BYTES;
