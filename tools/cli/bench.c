@@ -280,7 +280,7 @@ static int outputs_io(cli_env *env, const cli_op *op, const cli_bench_spec *spec
  * built-in tables too), so a backward's inputs are the same bits whatever NORMGRAD_TUNE,
  * tuning.txt or a build's table set. Otherwise --check-outputs would compare two forwards as
  * well: in `llama` mode dW sums the rounded xhat, which an ulp of rstd moves, and a forward on
- * another launch moved dW by 5-40 times the f32 bound (docs/cli.md). */
+ * another launch moved dW by 2-65 times the f32 bound (docs/cli.md). */
 static ng_status inputs_of_rules(cli_env *env, const cli_bench_case *cases, int which,
                                  void *state) {
   ng_context *rules = NULL, *own = env->ctx;
