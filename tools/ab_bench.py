@@ -5,7 +5,7 @@ alike), then each case's range over the rounds per variant.
 
   tools/ab_bench.py --variant NAME=CLI [--variant NAME=CLI ...] [--env NAME:VAR=VALUE ...]
                     [--case "OP ARGS"]... [--cases-file FILE] [--rounds R] [--out FILE]
-                    [--check]
+                    [--check] [--deadline SECONDS]
 
   --variant NAME=CLI   a variant: a name and the normgrad-cli binary it runs (repeat; the first
                        is the baseline the others are set against)
@@ -23,11 +23,14 @@ alike), then each case's range over the rounds per variant.
                        the worst difference over the allowed one (`tune`'s bound, <= 1 agrees)
                        and, where they differ, the output it is in (dx, dweight, ...); a variant
                        that differs makes the exit status 1
+  --deadline SECONDS   start no bench call after this many seconds from the start and report
+                       what the finished calls gave (exit status 3 when it cut the run); set it
+                       below an outer time limit, which would otherwise lose the whole report
 
 For each case it prints each variant's median time over its rounds as min-max, the ratio to the
 copy of the same run, each kernel's time (where a pass has several), and its median time against
 the baseline's (+ slower, - faster). A call that fails is reported and the rest go on; the exit
-status is then 1. Speed is measured here, never in tests (tests/cli/ab_bench.sh checks only that
+status is then 1 (3 when --deadline cut the run). Speed is measured here, never in tests (tests/cli/ab_bench.sh checks only that
 the script runs and reports).
 """
 import argparse
@@ -38,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def parse_args(argv):
@@ -49,6 +53,7 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out")
     p.add_argument("--check", action="store_true")
+    p.add_argument("--deadline", type=float)
     a = p.parse_args(argv)
     variants, names = [], set()
     for v in a.variant:
@@ -78,6 +83,8 @@ def parse_args(argv):
         p.error("at least one --case or a --cases-file with cases")
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
+    if a.deadline is not None and a.deadline <= 0:
+        p.error("--deadline must be a positive number of seconds")
     return a, variants, cases
 
 
@@ -112,10 +119,14 @@ def main(argv):
     # (case, variant) -> (worst difference / allowed, None: a NaN where ref had none; the output
     # it is in)
     checks = {}
+    start, cut = time.monotonic(), None
     for rnd in range(1, a.rounds + 1):
         for ci, case in enumerate(cases):
             ref = os.path.join(tmp.name, f"case{ci}.safetensors") if tmp else None
             for vi, v in enumerate(variants):
+                if a.deadline is not None and time.monotonic() - start >= a.deadline:
+                    cut = cut or (rnd, case, v["name"])
+                    continue
                 extra = ()
                 if ref and rnd == 1:
                     extra = ("--save-outputs" if vi == 0 else "--check-outputs", ref)
@@ -143,6 +154,9 @@ def main(argv):
         out.close()
     if tmp:
         tmp.cleanup()
+    if cut:
+        print(f"deadline: {a.deadline:g} s reached; round {cut[0]}, {cut[1]}, {cut[2]} and the "
+              "calls after it did not run", file=sys.stderr)
     base = variants[0]["name"]
     for case in cases:
         print(f"== {case}")
@@ -175,11 +189,13 @@ def main(argv):
                     line += "  outputs DIFFER (%.2g, in %s)" % (w, where)
             elif a.check and v["name"] != base:
                 line += "  outputs not checked"
+            if len(rs) < a.rounds:
+                line += f"  ({len(rs)} of {a.rounds} rounds)"
             print(line)
         copies = [r["copy_gbps"] for v in variants for r in results.get((case, v["name"]), [])]
         if copies:
             print(f"  copy {span(copies, '%.0f')} GB/s")
-    return 1 if failed else 0
+    return 1 if failed else 3 if cut else 0
 
 
 if __name__ == "__main__":

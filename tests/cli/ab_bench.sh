@@ -45,6 +45,14 @@ has "(no result)" out
 has "== $case2" out
 grep -q '^  base .* us' "$T/out" || fail "the good case still runs: $(cat "$T/out")"
 
+# --deadline: no call starts after it; the report says what ran (here nothing), exit 3
+expect 2 python3 "$AB" --variant base="$CLI" --case "$case2" --deadline 0
+expect 3 python3 "$AB" --variant base="$CLI" --case "$case2" --deadline 0.000001
+has "(no result)" out
+has "deadline: 1e-06 s reached; round 1, $case2, base and the calls after it did not run" err
+expect 0 python3 "$AB" --variant base="$CLI" --case "$case2" --rounds 2 --deadline 600
+grep -q '^  base .* us  ratio [0-9.-]*$' "$T/out" || fail "two rounds within the deadline: $(cat "$T/out")"
+
 # bench --save-outputs / --check-outputs: the same case agrees with itself and under another
 # grid; a file of another case, both options, a missing file or an empty name exit 2 before
 # any run; an unwritable path leaves nothing behind
