@@ -877,6 +877,67 @@ static void test_bench_json(void **state) {
                    "forward", true);
 }
 
+/* ---- tune and the tables ------------------------------------------------------------------ */
+/* `tune --json`'s object for one pass, run with the cache folder `dir` (parsed; the caller
+ * deletes it). */
+static cJSON *tune_json(const char *dir, const char *pass) {
+  char env[400];
+  snprintf(env, sizeof env, "NORMGRAD_CACHE_DIR=%s", dir);
+  const char *const args[] = {"tune",   "rmsnorm", "--hidden",  "1000", "--total", "32768",
+                              "--pass", pass,      "--dry-run", "--json", NULL};
+  ng_cli_proc p = ng_cli_run_env(args, (const char *const[]){env, NULL});
+  if (p.code != 0) fail_msg("tune --pass %s: exit %d: %s", pass, p.code, p.err);
+  cJSON *j = cJSON_Parse(p.out);
+  if (!cJSON_IsObject(j)) fail_msg("tune --pass %s: not one JSON object: %s", pass, p.out);
+  ng_cli_proc_free(&p);
+  return j;
+}
+
+/* The launch the tables give a pass today (here a tuning.txt line of an earlier run) is one of
+ * tune's candidates, reported as "table" with its time, so that a line slower than what it
+ * replaces is never stored (the scans' default is the rules' launch); none without a line. A
+ * frozen pass's line gives its grid. */
+static void test_tune_tables_candidate(void **state) {
+  (void)state;
+  char with[320], without[320];
+  snprintf(with, sizeof with, "%s/tune-lines", ng_cli_dir);
+  snprintf(without, sizeof without, "%s/tune-none", ng_cli_dir);
+  ng_context *ctx = NULL;
+  NG_OK(ng_context_create_default(&ctx));
+  NG_OK(ng_context_set_cache_dir(ctx, with));
+  unsigned v[7] = {0};
+  v[NG_TUNE_GROUPS] = 5;
+  NG_OK(ng_tuning_store_dtype(ctx, "rmsnorm.fwd", NG_BF16, 1000, v, "test"));
+  v[NG_TUNE_GROUPS] = 7;
+  NG_OK(ng_tuning_store_dtype(ctx, "rmsnorm.bwd_frozen", NG_BF16, 1000, v, "test"));
+  ng_context_release(ctx);
+  const char *passes[] = {"forward", "frozen"};
+  const char *lines[] = {"wg=0 reg=0 groups=5 vec=0 prefetch=0",
+                         "wg=0 reg=0 groups=7 vec=0 prefetch=0"};
+  for (int i = 0; i < 2; i++) {
+    cJSON *a = tune_json(with, passes[i]), *b = tune_json(without, passes[i]);
+    const cJSON *t = cJSON_GetObjectItem(a, "table"), *ms = cJSON_GetObjectItem(a, "table_ms");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, lines[i]) || !cJSON_IsNumber(ms) ||
+        !(ms->valuedouble > 0))
+      fail_msg("%s: the line's launch is not reported: %s", passes[i], cJSON_PrintUnformatted(a));
+    if (cJSON_GetObjectItem(a, "candidates")->valueint !=
+        cJSON_GetObjectItem(b, "candidates")->valueint + 1)
+      fail_msg("%s: one candidate more with the line: %s / %s", passes[i],
+               cJSON_PrintUnformatted(a), cJSON_PrintUnformatted(b));
+    if (!cJSON_IsNull(cJSON_GetObjectItem(b, "table")) ||
+        !cJSON_IsNull(cJSON_GetObjectItem(b, "table_ms")) ||
+        !cJSON_IsFalse(cJSON_GetObjectItem(b, "table_won")))
+      fail_msg("%s: a table without a line: %s", passes[i], cJSON_PrintUnformatted(b));
+    /* the tables' launch winning stores nothing: what it stores is another launch */
+    const cJSON *won = cJSON_GetObjectItem(a, "table_won");
+    if (!cJSON_IsBool(won) ||
+        (cJSON_IsTrue(won) && strcmp(cJSON_GetObjectItem(a, "confirmed")->valuestring, "default")))
+      fail_msg("%s: table_won: %s", passes[i], cJSON_PrintUnformatted(a));
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+  }
+}
+
 /* ---- exit codes (docs/cli.md): the same rules in every subcommand ------------------------ */
 static void expect_code(const char *const *args, int code, const char *needle) {
   ng_cli_proc p = ng_cli_run(args);
@@ -969,6 +1030,7 @@ int main(void) {
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_output_replacement),
       cmocka_unit_test(test_bench_json),
+      cmocka_unit_test(test_tune_tables_candidate),
       cmocka_unit_test(test_exit_codes),
       cmocka_unit_test(test_progress_line),
   };

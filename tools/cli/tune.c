@@ -53,7 +53,9 @@ const char cli_tune_usage[] =
     "no line of its own (the only kind of line before 2026-11-29; it replaces that bucket's\n"
     "lines of single lengths). Contexts created afterwards use them; NORMGRAD_TUNE and\n"
     "ng_context_override still win. On devices the library has measured (docs/tuning.md) a built-in table applies\n"
-    "after tuning.txt; the scans' default is the rules' launch, without either table.\n"
+    "after tuning.txt; the scans' default is the rules' launch, without either table, and\n"
+    "the launch the tables give the pass (if any) is one more candidate: when it wins,\n"
+    "nothing is stored (--json: \"table\", \"table_ms\", \"table_won\").\n"
     "  --json   one JSON object per (N, pass) on stdout\n"
     "\n"
     "usage: normgrad-cli tune gemm [--size S] [--dry-run] [--json] [--device SEL]\n"
@@ -415,10 +417,23 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   const bool dw = !fwd && !frozen;
   static candidate cs[MAX_CANDIDATES];
   const bool grid_only = frozen;
-  const int nc = make_candidates(env, n, rows, dw && !t->small_partials, grid_only, cs);
+  int nc = make_candidates(env, n, rows, dw && !t->small_partials, grid_only, cs);
   memset(chosen, 0, 7 * sizeof chosen[0]);
+  /* The launch the tables give this pass today (a line of an earlier run, the built-in table)
+   * is a candidate too: the scans' default is the rules', so without it a line slower than a
+   * table entry could be stored over it. A frozen pass's takes its grid from it. */
+  unsigned tv[7] = {0};
+  int in_table = 0, table_at = -1;
+  if (ng_tuning_lookup(env->ctx, kind, dt, n, tv, &in_table) == NG_SUCCESS && in_table &&
+      nc < MAX_CANDIDATES) {
+    memset(&cs[nc], 0, sizeof cs[nc]);
+    for (int k = NG_TUNE_WORKGROUP; k <= NG_TUNE_PREFETCH; k++) cs[nc].v[k] = tv[k];
+    table_at = nc++;
+  }
   if (grid_only) /* the default too: it is the frozen pass without a line of its own */
     for (int i = 0; i < nc; i++) copy_shape(cs[i].v, shape);
+  for (int i = 0; table_at > 0 && i < table_at; i++) /* already a candidate: time it once */
+    if (!memcmp(cs[i].v, cs[table_at].v, sizeof cs[i].v)) table_at = i, nc--;
   const cli_bench_spec spec = {rows, n, dt, frozen, frozen, 0};
   cli_bench_case cases[4];
   void *state, *ref[3] = {0}, *got[3] = {0};
@@ -547,7 +562,9 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     return cli_error(rc, "tune %s N=%zu %s: %s", op->name, n, pass, err);
   }
   const double def = cs[0].ms, win = cs[best].ms;
-  const bool store = won != 0 && won_ratio * 0.99 > 1.0;
+  /* the tables' launch won: what the pass runs already (nothing to store) */
+  const bool table_won = won != 0 && won == table_at;
+  const bool store = won != 0 && won_ratio * 0.99 > 1.0 && !table_won;
   char d[128], dc[128], comment[160];
   describe(cs[best].v, d, sizeof d);
   /* nothing confirmed: "default" (a frozen scan's default carries the backward's shape) */
@@ -555,7 +572,8 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
   else snprintf(dc, sizeof dc, "default");
   snprintf(comment, sizeof comment, "%.4f ms vs default %.4f ms, confirmed %.3fx (%s)",
            cs[won].ms, def, won_ratio, ng_dtype_name(dt));
-  const char *stored = kept_out  ? "no (slower inherited passes)"
+  const char *stored = table_won ? "no (the tables' launch is the fastest)"
+                       : kept_out  ? "no (slower inherited passes)"
                        : ntop    ? "no (not confirmed)"
                                  : "no (the default is as fast)";
   if (store) { /* a frozen line's shape would be ignored: the backward's line gives it */
@@ -578,21 +596,30 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     }
     stored = "yes";
   }
+  /* the tables' launch and its time in the scan ("table": null where none applies) */
+  char tj[192] = "null,\"table_ms\":null", tt[192] = "";
+  if (table_at >= 0) {
+    char td[128];
+    describe(cs[table_at].v, td, sizeof td);
+    snprintf(tj, sizeof tj, "\"%s\",\"table_ms\":%.6f", td, cs[table_at].ms);
+    snprintf(tt, sizeof tt, "  tables: %s %.4f ms", td, cs[table_at].ms);
+  }
   if (json)
     printf("{\"op\":\"%s\",\"kind\":\"%s\",\"pass\":\"%s\",\"hidden\":%zu,\"rows\":%zu,"
            "\"dtype\":\"%s\",\"candidates\":%d,\"rejected\":%d,\"default_ms\":%.6f,"
            "\"best_ms\":%.6f,\"speedup\":%.4f,\"best\":\"%s\",\"confirmed\":\"%s\","
            "\"confirmed_speedup\":%.4f,\"stored\":%s,\"worst_agreement\":%.4f,"
-           "\"kept_out\":%d,\"inherited_worst\":%.4f,\"frozen_grid\":%s,\"bucket\":%s}\n",
+           "\"kept_out\":%d,\"inherited_worst\":%.4f,\"frozen_grid\":%s,\"bucket\":%s,"
+           "\"table\":%s,\"table_won\":%s}\n",
            op->name, kind, pass, n, rows, ng_dtype_name(dt), nc, rejected, def, win, def / win, d,
            dc, store ? won_ratio : 1.0, store && !dry ? "true" : "false", worst_ok, kept_out,
            store ? inh_worst : 1.0, store && frozen_grid ? "true" : "false",
-           to->bucket ? "true" : "false");
+           to->bucket ? "true" : "false", tj, table_won ? "true" : "false");
   else
     printf("%-18s %-9s N=%-6zu %3d candidates (%d rejected)  default %.4f ms  best %.4f ms "
-           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s%s%s\n",
+           "(%.2fx)  %s  confirmed: %s (%.2fx)  stored: %s%s%s%s\n",
            op->name, pass, n, nc, rejected, def, win, def / win, d, dc,
-           store ? won_ratio : 1.0, stored,
+           store ? won_ratio : 1.0, stored, tt,
            kept_out ? "  (kept out: faster here, slower in a pass that shares the launch)" : "",
            store && frozen_grid ? "  (the frozen backward on its grid too)" : "");
   fflush(stdout);
