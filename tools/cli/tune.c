@@ -596,13 +596,15 @@ static int tune_one(cli_env *env, const cli_op *op, const tune_target *t, size_t
     }
     stored = "yes";
   }
-  /* the tables' launch and its time in the scan ("table": null where none applies) */
+  /* the tables' launch and its time in the scan ("table": null where none applies;
+   * "table_ms": null where it was rejected, named on stderr above) */
   char tj[192] = "null,\"table_ms\":null", tt[192] = "";
   if (table_at >= 0) {
-    char td[128];
+    char td[128], tm[32] = "null";
     describe(cs[table_at].v, td, sizeof td);
-    snprintf(tj, sizeof tj, "\"%s\",\"table_ms\":%.6f", td, cs[table_at].ms);
-    snprintf(tt, sizeof tt, "  tables: %s %.4f ms", td, cs[table_at].ms);
+    if (cs[table_at].ok) snprintf(tm, sizeof tm, "%.6f", cs[table_at].ms);
+    snprintf(tj, sizeof tj, "\"%s\",\"table_ms\":%s", td, tm);
+    snprintf(tt, sizeof tt, "  tables: %s %s ms", td, cs[table_at].ok ? tm : "(rejected)");
   }
   if (json)
     printf("{\"op\":\"%s\",\"kind\":\"%s\",\"pass\":\"%s\",\"hidden\":%zu,\"rows\":%zu,"
