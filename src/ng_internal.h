@@ -889,6 +889,13 @@ bool ng_rms_raw_rows(const ng_row_launch *l, ng_dtype x_dtype, bool compute_dw, 
  * buffers: whether they split, and into *c how (its flags: the sums ahead, late, the f16
  * pairs); the plans the forwards take, for tests of the rules (rmsnorm.c, polynorm.c). */
 bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
+/* The forward's row launch of RMSNorm (fused: the fused add's) and LayerNorm, as the ops take it
+ * (vec_ok: vector-aligned buffers), before any split: the ops', their variant lists' and the
+ * tests' one choice of it. */
+ng_row_launch ng_rmsnorm_fwd_launch(const ng_context *ctx, bool fused, size_t rows, size_t n,
+                                    ng_dtype xd, bool vec_ok);
+ng_row_launch ng_layernorm_fwd_launch(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd,
+                                      bool vec_ok);
 bool ng_polynorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c);
 /* The backward's row launch (*l) and whether its rows split (into *c how) for LayerNorm's and
  * PolyNorm's backward with the gradients dw, db, as the ops take them (vector-aligned buffers);

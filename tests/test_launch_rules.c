@@ -628,8 +628,7 @@ static void test_builtin_launches(void **state) {
     assert_int_equal(a.wg, 128);
     assert_int_equal(a.reg_cols, 4);
   }
-  const ng_row_launch rf = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 2048, 16384, true,
-                                                  NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
+  const ng_row_launch rf = ng_rmsnorm_fwd_launch(h2, false, 2048, 16384, NG_F32, true);
   assert_int_equal(rf.wg, 512);
   assert_int_equal(rf.reg_cols, 4);
   assert_int_equal(rf.groups, 1056);
@@ -729,43 +728,43 @@ static void test_builtin_launches(void **state) {
     assert_true(ng_polynorm_bwd_plan(h2, 1365, 24576, xd, dw, db, &l, &c2));
     assert_int_not_equal(c2.l.wg, 128);
   }
-  /* the fused add's forward holds rows of 18432 on 1024 x 4; LayerNorm's of 5120 on 256 x 4 */
-  const ng_rows_mode fw = NG_ROWS_FWD | NG_ROWS_X16;
-  l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_BF16, 1820, 18432, true, fw);
+  /* the fused add's forward holds rows of 18432 on 1024 x 4; LayerNorm's of 5120 on 256 x 4
+   * (the launches as the ops choose them: ng_rmsnorm_fwd_launch, ng_layernorm_fwd_launch) */
+  l = ng_rmsnorm_fwd_launch(h2, true, 1820, 18432, NG_BF16, true);
   assert_int_equal(l.wg * 8 + l.reg_cols, 1024 * 8 + 4);
   assert_int_equal(l.groups, 264);
-  l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, 6553, 5120, true, fw);
+  l = ng_layernorm_fwd_launch(h2, 6553, 5120, NG_BF16, true);
   assert_int_equal(l.wg * 8 + l.reg_cols, 256 * 8 + 4);
   assert_int_equal(l.groups, 528);
   /* ... and its 16-bit rows of 18432 on slices of 128, four groups a compute unit (24576 and
    * f32: the rules') */
   for (int d = 0; d < 2; d++) {
-    l = ng_choose_row_launch_k(h2, "layernorm.fwd", d ? NG_F16 : NG_BF16, 1820, 18432, true, fw);
+    l = ng_layernorm_fwd_launch(h2, 1820, 18432, d ? NG_F16 : NG_BF16, true);
     assert_int_equal(l.wg, 128);
     assert_int_equal(l.groups, 528);
     assert_true(l.prefetch);
   }
-  l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_F32, 1820, 18432, true, NG_ROWS_FWD);
+  l = ng_layernorm_fwd_launch(h2, 1820, 18432, NG_F32, true);
   assert_int_not_equal(l.wg, 128);
-  l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, 1365, 24576, true, fw);
+  l = ng_layernorm_fwd_launch(h2, 1365, 24576, NG_BF16, true);
   assert_int_not_equal(l.wg, 128);
-  l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, 1820, 18432, true, fw);
+  l = ng_layernorm_fwd_launch(h1, 1820, 18432, NG_BF16, true);
   assert_int_not_equal(l.wg, 128);
   /* ... and RMSNorm's bf16 forward at 8704-12288 on 512 x 4, two groups a compute unit to
    * 10240 and eight beyond; 13312, f16, f32 and the H100 keep the rules' */
   const size_t rn[] = {8704, 10240, 11264, 12288};
   for (size_t i = 0; i < 4; i++) {
     const size_t rows = (1u << 25) / rn[i];
-    l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_BF16, rows, rn[i], true, fw);
+    l = ng_rmsnorm_fwd_launch(h2, false, rows, rn[i], NG_BF16, true);
     assert_int_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
     assert_int_equal(l.groups, i < 2 ? 264 : 1056);
     assert_true(l.prefetch);
-    l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F16, rows, rn[i], true, fw);
+    l = ng_rmsnorm_fwd_launch(h2, false, rows, rn[i], NG_F16, true);
     assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
-    l = ng_choose_row_launch_k(h1, "rmsnorm.fwd", NG_BF16, rows, rn[i], true, fw);
+    l = ng_rmsnorm_fwd_launch(h1, false, rows, rn[i], NG_BF16, true);
     assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
   }
-  l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_BF16, 2520, 13312, true, fw);
+  l = ng_rmsnorm_fwd_launch(h2, false, 2520, 13312, NG_BF16, true);
   assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
   /* ... and the ninth round's fused add at 8704-12288 on W x 2 holding the row exactly (W the
    * smallest multiple of 32 that holds it at the top of each range), a group a compute unit
@@ -778,8 +777,6 @@ static void test_builtin_launches(void **state) {
   } fa[] = {{8704, 544, 544, 132},   {9216, 576, 576, 132},   {9728, 640, 640, 264},
             {10240, 640, 640, 264},  {11264, 704, 704, 132},  {12288, 768, 1024, 264},
             {13312, 256, 1024, 264}};
-  const ng_rows_mode faw = NG_ROWS_FWD | NG_ROWS_256X4 | NG_ROWS_W256 | NG_ROWS_512X4 |
-                           NG_ROWS_FWD_128X4 | NG_ROWS_512X2; /* fwd_mode, fused, bf16 */
   for (size_t i = 0; i < NG_ARRAY_LEN(fa); i++) {
     const size_t rows = (1u << 25) / fa[i].n;
     for (int g = 0; g < 4; g++) {
@@ -795,15 +792,14 @@ static void test_builtin_launches(void **state) {
       (void)ng_rmsnorm_bwd_plan(h1, rows, fa[i].n, xd, true, true, dw, &l, &c1);
       if (held) assert_int_not_equal(l.wg, fa[i].wg);
     }
-    l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_BF16, rows, fa[i].n, true, faw);
+    l = ng_rmsnorm_fwd_launch(h2, true, rows, fa[i].n, NG_BF16, true);
     assert_int_equal(l.wg, fa[i].fwd_wg);
     assert_int_equal(l.reg_cols, 2);
     assert_int_equal(l.groups, fa[i].fwd_groups);
     assert_true(l.prefetch);
-    l = ng_choose_row_launch_k(h2, "fused-add-rmsnorm.fwd", NG_F16, rows, fa[i].n, true,
-                               faw & ~NG_ROWS_512X2);
+    l = ng_rmsnorm_fwd_launch(h2, true, rows, fa[i].n, NG_F16, true);
     assert_int_equal(l.wg, 1024);
-    l = ng_choose_row_launch_k(h1, "fused-add-rmsnorm.fwd", NG_BF16, rows, fa[i].n, true, faw);
+    l = ng_rmsnorm_fwd_launch(h1, true, rows, fa[i].n, NG_BF16, true);
     assert_int_equal(l.wg & (l.wg - 1), 0);
   }
   /* ... and RMSNorm's bf16 backward at 9217-12288 on 768 x 2 a group a compute unit with the
@@ -842,7 +838,6 @@ static void test_builtin_launches(void **state) {
   /* ... and LayerNorm's bf16 forward on W x 4 holding the row exactly at the top of each range
    * (288 at 8704-9216, 320 to 10240, f16 too; 384 at 11264-12288, 416 to 13312), on the rules'
    * grid for that shape; 8192, 10752, 14336, f16 past 10240 and the H100 keep theirs */
-  const ng_rows_mode lfw = NG_ROWS_FWD_RAW16 | NG_ROWS_256X4 | NG_ROWS_FWD_128X4; /* ln_fwd_mode */
   const struct {
     size_t n;
     unsigned wg;
@@ -851,23 +846,22 @@ static void test_builtin_launches(void **state) {
             {14336, 0}};
   for (size_t i = 0; i < NG_ARRAY_LEN(ln); i++) {
     const size_t rows = (1u << 25) / ln[i].n;
-    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_BF16, rows, ln[i].n, true, lfw);
+    l = ng_layernorm_fwd_launch(h2, rows, ln[i].n, NG_BF16, true);
     if (ln[i].wg) {
       assert_int_equal(l.wg, ln[i].wg);
       assert_int_equal(l.reg_cols, 4);
     } else {
       assert_int_equal(l.wg & (l.wg - 1), 0); /* the rules' power of two */
     }
-    l = ng_choose_row_launch_k(h2, "layernorm.fwd", NG_F16, rows, ln[i].n, true, lfw);
+    l = ng_layernorm_fwd_launch(h2, rows, ln[i].n, NG_F16, true);
     if (ln[i].n >= 8704 && ln[i].n <= 10240)
       assert_int_equal(l.wg, ln[i].wg);
     else
       assert_int_equal(l.wg & (l.wg - 1), 0);
-    l = ng_choose_row_launch_k(h1, "layernorm.fwd", NG_BF16, rows, ln[i].n, true, lfw);
+    l = ng_layernorm_fwd_launch(h1, rows, ln[i].n, NG_BF16, true);
     assert_int_equal(l.wg & (l.wg - 1), 0);
   }
-  l = ng_choose_row_launch_k(h2, "rmsnorm.fwd", NG_F32, 3276, 10240, true,
-                             NG_ROWS_FWD | NG_ROWS_F32_STREAM_1K);
+  l = ng_rmsnorm_fwd_launch(h2, false, 3276, 10240, NG_F32, true);
   assert_int_equal(l.groups, 1056); /* the f32 entry at 9216-16384 */
   assert_false(l.prefetch);
   ng_context_release(h2);

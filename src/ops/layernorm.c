@@ -181,6 +181,10 @@ static ng_rows_mode ln_fwd_mode(ng_dtype xd) {
   return ng_fwd_raw_mode(xd) |
          (xd == NG_F32 ? NG_ROWS_F32_1SLOT : NG_ROWS_256X4 | NG_ROWS_FWD_128X4);
 }
+ng_row_launch ng_layernorm_fwd_launch(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd,
+                                     bool vec_ok) {
+  return ng_choose_row_launch_k(ctx, "layernorm.fwd", xd, rows, n, vec_ok, ln_fwd_mode(xd));
+}
 static ng_rows_mode ln_bwd_mode(bool partials, ng_dtype xd) {
   return ng_bwd_mode(partials, xd) | NG_ROWS_MANY | NG_ROWS_MANY_2K | NG_ROWS_FIT2_640 |
          NG_ROWS_FULL1 | NG_ROWS_F32_1SLOT | (xd == NG_F32 ? 0 : NG_ROWS_HALF_MID_320);
@@ -226,8 +230,7 @@ ng_status ng_layernorm_forward(ng_context *ctx, cl_command_queue queue,
 
   const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, y, p->n, 8) &&
                       ng_vec_aligned(ctx, weight, p->n, 8) && ng_vec_aligned(ctx, bias, p->n, 8);
-  const ng_row_launch l = ng_choose_row_launch_k(ctx, "layernorm.fwd", x.dtype, p->rows, p->n,
-                                                  vec_ok, ln_fwd_mode(x.dtype));
+  const ng_row_launch l = ng_layernorm_fwd_launch(ctx, p->rows, p->n, x.dtype, vec_ok);
   /* rows split across groups where the queue gets a counter area */
   ng_coop cp;
   cl_mem sync = NULL;
@@ -444,12 +447,12 @@ ng_status ng_layernorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void 
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
         const ng_dtype xd = fl[xi];
         /* the kinds as the calls name them, so a tuned or built-in launch is built too */
-        const char *kf = "layernorm.fwd", *kz = "layernorm.bwd_frozen", *kp = "layernorm.bwd";
+        const char *kz = "layernorm.bwd_frozen", *kp = "layernorm.bwd";
         const size_t many = (size_t)1 << 20;
         const bool al = aligned != 0;
-        const ng_row_launch lf = ng_choose_row_launch_k(ctx, kf, xd, many, n, al, ln_fwd_mode(xd));
+        const ng_row_launch lf = ng_layernorm_fwd_launch(ctx, many, n, xd, al);
         /* a few rows' (NG_ROWS_256X4 leaves them on the old shape) */
-        const ng_row_launch lf1 = ng_choose_row_launch_k(ctx, kf, xd, 1, n, al, ln_fwd_mode(xd));
+        const ng_row_launch lf1 = ng_layernorm_fwd_launch(ctx, 1, n, xd, al);
         /* the backward's of many rows and of a few (NG_ROWS_FIT2_640 leaves them on the old
          * shape), frozen (z) or with partials (p) */
         const ng_row_launch lz[2] = {

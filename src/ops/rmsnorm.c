@@ -140,9 +140,14 @@ static bool fwd_plan(const ng_context *ctx, bool fused, const ng_row_launch *l, 
   return fwd_splits(fused, xd, l, n) && ng_coop_plan(ctx, l, xd, rows, n, 0, FWD_COOP_X, c);
 }
 
+ng_row_launch ng_rmsnorm_fwd_launch(const ng_context *ctx, bool fused, size_t rows, size_t n,
+                                    ng_dtype xd, bool vec_ok) {
+  return ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", xd, rows, n,
+                                vec_ok, fwd_mode(fused, n, xd));
+}
+
 bool ng_rmsnorm_fwd_plan(const ng_context *ctx, size_t rows, size_t n, ng_dtype xd, ng_coop *c) {
-  const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, "rmsnorm.fwd", xd, rows, n, true, fwd_mode(false, n, xd));
+  const ng_row_launch l = ng_rmsnorm_fwd_launch(ctx, false, rows, n, xd, true);
   return fwd_plan(ctx, false, &l, xd, rows, n, c);
 }
 
@@ -165,9 +170,7 @@ static ng_status rms_forward(ng_context *ctx, cl_command_queue queue, const ng_r
                 ng_vec_aligned(ctx, weight, p->n, 8);
   if (fused) vec_ok = vec_ok && ng_vec_aligned(ctx, residual, p->n, 8) &&
                       ng_vec_aligned(ctx, sum, p->n, 8);
-  const ng_row_launch l =
-      ng_choose_row_launch_k(ctx, fused ? "fused-add-rmsnorm.fwd" : "rmsnorm.fwd", x.dtype,
-                             p->rows, p->n, vec_ok, fwd_mode(fused, p->n, x.dtype));
+  const ng_row_launch l = ng_rmsnorm_fwd_launch(ctx, fused, p->rows, p->n, x.dtype, vec_ok);
   /* RMSNorm's rows beyond the launch's registers split across groups, when this queue gets
    * a counter area (fwd_coop says why not the fused add's) */
   ng_coop cp;
