@@ -30,8 +30,8 @@ alike), then each case's range over the rounds per variant.
 For each case it prints each variant's median time over its rounds as min-max, the ratio to the
 copy of the same run, each kernel's time (where a pass has several), and its median time against
 the baseline's (+ slower, - faster). A call that fails is reported and the rest go on; the exit
-status is then 1 (3 when --deadline cut the run). Speed is measured here, never in tests (tests/cli/ab_bench.sh checks only that
-the script runs and reports).
+status is then 1 (3 when --deadline cut the run). Speed is measured here, never in tests
+(tests/cli/ab_bench.sh checks only that the script runs and reports).
 """
 import argparse
 import json
