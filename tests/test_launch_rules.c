@@ -603,6 +603,21 @@ static void test_builtin_entries(void **state) {
  * unit, and its f16 rows of 2048 on a grid with the prefetch; PolyNorm's single slice at 8192
  * with the prefetch; RMSNorm's f32 rows on their own shapes. An H100 keeps the rules'
  * launches. */
+/* A launch on a table entry's shape wg x reg (and, where groups is not 0, that grid with the
+ * prefetch), or with wg 0 the rules' power of two */
+static void assert_fit_or_rules(const ng_row_launch *l, unsigned wg, unsigned reg,
+                                unsigned groups) {
+  if (!wg) {
+    assert_int_equal(l->wg & (l->wg - 1), 0);
+    return;
+  }
+  assert_int_equal(l->wg * 8 + l->reg_cols, wg * 8 + reg);
+  if (groups) {
+    assert_int_equal(l->groups, groups);
+    assert_true(l->prefetch);
+  }
+}
+
 static void test_builtin_launches(void **state) {
   (void)state;
   ng_context *h2 = h200(), *h1 = h100();
@@ -768,15 +783,17 @@ static void test_builtin_launches(void **state) {
   assert_int_not_equal(l.wg * 8 + l.reg_cols, 512 * 8 + 4);
   /* ... and the ninth round's fused add at 8704-12288 on W x 2 holding the row exactly (W the
    * smallest multiple of 32 that holds it at the top of each range), a group a compute unit
-   * with the prefetch, with dW and frozen alike (dx's bits), bf16 and f16; the bf16 forward on
-   * that shape to 11264 (10240 on two groups a compute unit). 13312 and the H100 keep the
-   * rules' (the backward's two slices of 256), the f16 forward 1024 x 2 (the entry before) */
+   * with the prefetch, with dW and frozen alike (dx's bits), bf16 and f16; the forward on that
+   * shape to 11264 (bf16 at 9217-10240 on two groups a compute unit; f16 since the tenth
+   * round). 13312 and the H100 keep the rules' (the backward's two slices of 256), the forward
+   * at 12288-13312 1024 x 2 (the entry before) */
   const struct {
     size_t n;
-    unsigned wg, fwd_wg, fwd_groups;
-  } fa[] = {{8704, 544, 544, 132},   {9216, 576, 576, 132},   {9728, 640, 640, 264},
-            {10240, 640, 640, 264},  {11264, 704, 704, 132},  {12288, 768, 1024, 264},
-            {13312, 256, 1024, 264}};
+    unsigned wg, fwd_wg, fwd_groups, fwd16_groups;
+  } fa[] = {{8704, 544, 544, 132, 132},   {9216, 576, 576, 132, 132},
+            {9728, 640, 640, 264, 132},   {10240, 640, 640, 264, 132},
+            {11264, 704, 704, 132, 132},  {12288, 768, 1024, 264, 264},
+            {13312, 256, 1024, 264, 264}};
   for (size_t i = 0; i < NG_ARRAY_LEN(fa); i++) {
     const size_t rows = (1u << 25) / fa[i].n;
     for (int g = 0; g < 4; g++) {
@@ -798,8 +815,44 @@ static void test_builtin_launches(void **state) {
     assert_int_equal(l.groups, fa[i].fwd_groups);
     assert_true(l.prefetch);
     l = ng_rmsnorm_fwd_launch(h2, true, rows, fa[i].n, NG_F16, true);
-    assert_int_equal(l.wg, 1024);
+    assert_int_equal(l.wg, fa[i].fwd_wg);
+    assert_int_equal(l.reg_cols, 2);
+    assert_int_equal(l.groups, fa[i].fwd16_groups);
+    assert_true(l.prefetch);
     l = ng_rmsnorm_fwd_launch(h1, true, rows, fa[i].n, NG_BF16, true);
+    assert_int_equal(l.wg & (l.wg - 1), 0);
+  }
+  /* ... and the tenth round's at 4609-7168: the fused add's forward on W x 2 holding the row
+   * exactly (320 to 5120, 384 to 6144, 448 to 7168) on two groups a compute unit with the
+   * prefetch, its backward so to 6144 (frozen alike), RMSNorm's forward on 160 x 4 to 5120 on
+   * the rules' grid for that shape; 4608, 7169 (6145 for the backward, 5121 for RMSNorm), f32
+   * and the H100 keep the rules' */
+  const struct {
+    size_t n;
+    unsigned fwd_wg, bwd_wg, rms_wg;
+  } fb[] = {{4608, 0, 0, 0},       {4609, 320, 320, 160}, {4864, 320, 320, 160},
+            {5120, 320, 320, 160}, {5121, 384, 384, 0},   {5632, 384, 384, 0},
+            {6144, 384, 384, 0},   {6145, 448, 0, 0},     {6656, 448, 0, 0},
+            {7168, 448, 0, 0},     {7169, 0, 0, 0}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(fb); i++) {
+    const size_t rows = (1u << 25) / fb[i].n;
+    for (int d = 0; d < 3; d++) {
+      const ng_dtype xd = d == 0 ? NG_BF16 : d == 1 ? NG_F16 : NG_F32;
+      const bool x16 = d < 2;
+      l = ng_rmsnorm_fwd_launch(h2, true, rows, fb[i].n, xd, true);
+      assert_fit_or_rules(&l, x16 ? fb[i].fwd_wg : 0, 2, 264);
+      l = ng_rmsnorm_fwd_launch(h2, false, rows, fb[i].n, xd, true);
+      assert_fit_or_rules(&l, x16 ? fb[i].rms_wg : 0, 4, 0);
+      for (int dw = 0; dw < 2; dw++) {
+        assert_false(ng_rmsnorm_bwd_plan(h2, rows, fb[i].n, xd, true, true, dw, &l, &c2));
+        assert_fit_or_rules(&l, x16 ? fb[i].bwd_wg : 0, 2, 264);
+        (void)ng_rmsnorm_bwd_plan(h1, rows, fb[i].n, xd, true, true, dw, &l, &c1);
+        assert_int_equal(l.wg & (l.wg - 1), 0);
+      }
+    }
+    l = ng_rmsnorm_fwd_launch(h1, true, rows, fb[i].n, NG_BF16, true);
+    assert_int_equal(l.wg & (l.wg - 1), 0);
+    l = ng_rmsnorm_fwd_launch(h1, false, rows, fb[i].n, NG_BF16, true);
     assert_int_equal(l.wg & (l.wg - 1), 0);
   }
   /* ... and RMSNorm's bf16 backward at 9217-12288 on 768 x 2 a group a compute unit with the
