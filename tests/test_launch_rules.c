@@ -597,12 +597,6 @@ static void test_builtin_entries(void **state) {
   ng_context_release(h1);
 }
 
-/* What the built-in table's entries do to the launches the ops take on an H200: RMSNorm's bf16
- * backward at 16384 on 1024 x 2 a group a compute unit, its frozen pass on the same shape (dx's
- * bits) but not its f16 passes; LayerNorm's both-frozen split rows on four groups a compute
- * unit, and its f16 rows of 2048 on a grid with the prefetch; PolyNorm's single slice at 8192
- * with the prefetch; RMSNorm's f32 rows on their own shapes. An H100 keeps the rules'
- * launches. */
 /* A launch on a table entry's shape wg x reg (and, where groups is not 0, that grid with the
  * prefetch), or with wg 0 the rules' power of two */
 static void assert_fit_or_rules(const ng_row_launch *l, unsigned wg, unsigned reg,
@@ -618,6 +612,12 @@ static void assert_fit_or_rules(const ng_row_launch *l, unsigned wg, unsigned re
   }
 }
 
+/* What the built-in table's entries do to the launches the ops take on an H200: RMSNorm's bf16
+ * backward at 16384 on 1024 x 2 a group a compute unit, its frozen pass on the same shape (dx's
+ * bits) but not its f16 passes; LayerNorm's both-frozen split rows on four groups a compute
+ * unit, and its f16 rows of 2048 on a grid with the prefetch; PolyNorm's single slice at 8192
+ * with the prefetch; RMSNorm's f32 rows on their own shapes. An H100 keeps the rules'
+ * launches. */
 static void test_builtin_launches(void **state) {
   (void)state;
   ng_context *h2 = h200(), *h1 = h100();
