@@ -6,6 +6,7 @@ alike), then each case's range over the rounds per variant.
   tools/ab_bench.py --variant NAME=CLI [--variant NAME=CLI ...] [--env NAME:VAR=VALUE ...]
                     [--case "OP ARGS"]... [--cases-file FILE] [--rounds R] [--out FILE]
                     [--check] [--deadline SECONDS]
+  tools/ab_bench.py --report FILE [--report FILE ...]
 
   --variant NAME=CLI   a variant: a name and the normgrad-cli binary it runs (repeat; the first
                        is the baseline the others are set against)
@@ -26,6 +27,12 @@ alike), then each case's range over the rounds per variant.
   --deadline SECONDS   start no bench call after this many seconds from the start and report
                        what the finished calls gave (exit status 3 when it cut the run); set it
                        below an outer time limit, which would otherwise lose the whole report
+  --report FILE        run nothing: report earlier runs' --out lines (repeat to pool runs, e.g.
+                       one a deadline cut and one of the cells it left); cases and variants in
+                       the order the lines first name them, the first variant the baseline, and
+                       "(R of N rounds)" where a variant has fewer results than the most any
+                       has; exit status 1 where a line records a failed call or outputs that
+                       differ
 
 For each case it prints each variant's median time over its rounds as min-max, the ratio to the
 copy of the same run, each kernel's time (where a pass has several), and its median time against
@@ -50,11 +57,20 @@ def parse_args(argv):
     p.add_argument("--env", action="append", default=[], metavar="NAME:VAR=VALUE")
     p.add_argument("--case", action="append", default=[], metavar="OP ARGS")
     p.add_argument("--cases-file")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int)
     p.add_argument("--out")
     p.add_argument("--check", action="store_true")
     p.add_argument("--deadline", type=float)
+    p.add_argument("--report", action="append", default=[], metavar="FILE")
     a = p.parse_args(argv)
+    if a.report:
+        if (a.variant or a.env or a.case or a.cases_file or a.out or a.check or
+                a.deadline is not None or a.rounds is not None):
+            p.error("--report runs nothing: it takes no --variant, --env, --case, --cases-file, "
+                    "--rounds, --out, --check or --deadline")
+        return a, None, None
+    if a.rounds is None:
+        a.rounds = 2
     variants, names = [], set()
     for v in a.variant:
         name, sep, cli = v.partition("=")
@@ -110,8 +126,100 @@ def span(xs, fmt):
     return fmt % lo if fmt % lo == fmt % hi else (fmt % lo) + "-" + (fmt % hi)
 
 
+def report(cases, names, results, checks, rounds, check):
+    """Print each case's lines: every variant's times, ratio, kernels, change against the
+    baseline (names[0]) and output check."""
+    base = names[0]
+    for case in cases:
+        print(f"== {case}")
+        base_rs = results.get((case, base))
+        base_med = statistics.median(r["median_ms"] for r in base_rs) if base_rs else None
+        for name in names:
+            rs = results.get((case, name))
+            if not rs:
+                print(f"  {name:<12} (no result)")
+                continue
+            us = [r["median_ms"] * 1000 for r in rs]
+            line = f"  {name:<12} {span(us, '%.1f'):>13} us"
+            line += f"  ratio {span([r['ratio'] for r in rs], '%.2f')}"
+            kernels = {}
+            for r in rs:
+                for k in r.get("each_kernel", []):
+                    kernels.setdefault(k["name"], []).append(k["median_ms"] * 1000)
+            if len(kernels) > 1:
+                line += "  " + " ".join(f"{n}={span(t, '%.1f')}" for n, t in kernels.items())
+            if base_med and name != base:
+                rel = statistics.median(r["median_ms"] for r in rs) / base_med - 1
+                line += "  time %+.1f%%" % (100 * rel)
+            if (case, name) in checks:
+                w, where = checks[(case, name)]
+                if w is None:
+                    line += "  outputs DIFFER (NaN in %s)" % where
+                elif w <= 1:
+                    line += "  outputs agree (%.2g)" % w
+                else:
+                    line += "  outputs DIFFER (%.2g, in %s)" % (w, where)
+            elif check and name != base:
+                line += "  outputs not checked"
+            if len(rs) < rounds:
+                line += f"  ({len(rs)} of {rounds} rounds)"
+            print(line)
+        copies = [r["copy_gbps"] for name in names for r in results.get((case, name), [])]
+        if copies:
+            print(f"  copy {span(copies, '%.0f')} GB/s")
+
+
+def report_files(paths):
+    """--report: pool the JSON lines of earlier runs and report them as the run would have."""
+    cases, names, results, checks, failed = [], [], {}, {}, False
+    for path in paths:
+        try:
+            f = open(path)
+        except OSError as e:
+            print(f"ab_bench.py: --report {path}: {e.strerror}", file=sys.stderr)
+            return 2
+        with f:
+            for ln, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                    case, name = r["case"], r["variant"]
+                    if "error" not in r:
+                        float(r["median_ms"]), float(r["ratio"]), float(r["copy_gbps"])
+                    if r.get("outputs_check") is not None:
+                        float(r["outputs_check"])
+                except (ValueError, KeyError, TypeError):
+                    print(f"ab_bench.py: {path}:{ln}: not a line of ab_bench.py --out",
+                          file=sys.stderr)
+                    return 2
+                if case not in cases:
+                    cases.append(case)
+                if name not in names:
+                    names.append(name)
+                if "error" in r:
+                    failed = True
+                    continue
+                if "outputs_check" in r:
+                    w, where = r["outputs_check"], r.get("outputs_check_worst")
+                    old = checks.get((case, name))
+                    if old is None or (old[0] is not None and (w is None or w > old[0])):
+                        checks[(case, name)] = (w, where)
+                    if w is None or w > 1:
+                        failed = True
+                results.setdefault((case, name), []).append(r)
+    if not names:
+        print("ab_bench.py: --report: no lines in " + ", ".join(paths), file=sys.stderr)
+        return 2
+    rounds = max((len(rs) for rs in results.values()), default=0)
+    report(cases, names, results, checks, rounds, bool(checks))
+    return 1 if failed else 0
+
+
 def main(argv):
     a, variants, cases = parse_args(argv)
+    if a.report:
+        return report_files(a.report)
     out = open(a.out, "w") if a.out else None
     results = {}  # (case, variant) -> [result, ...]
     failed = False
@@ -157,44 +265,7 @@ def main(argv):
     if cut:
         print(f"deadline: {a.deadline:g} s reached; round {cut[0]}, {cut[1]}, {cut[2]} and the "
               "calls after it did not run", file=sys.stderr)
-    base = variants[0]["name"]
-    for case in cases:
-        print(f"== {case}")
-        base_rs = results.get((case, base))
-        base_med = statistics.median(r["median_ms"] for r in base_rs) if base_rs else None
-        for v in variants:
-            rs = results.get((case, v["name"]))
-            if not rs:
-                print(f"  {v['name']:<12} (no result)")
-                continue
-            us = [r["median_ms"] * 1000 for r in rs]
-            line = f"  {v['name']:<12} {span(us, '%.1f'):>13} us"
-            line += f"  ratio {span([r['ratio'] for r in rs], '%.2f')}"
-            kernels = {}
-            for r in rs:
-                for k in r.get("each_kernel", []):
-                    kernels.setdefault(k["name"], []).append(k["median_ms"] * 1000)
-            if len(kernels) > 1:
-                line += "  " + " ".join(f"{n}={span(t, '%.1f')}" for n, t in kernels.items())
-            if base_med and v["name"] != base:
-                rel = statistics.median(r["median_ms"] for r in rs) / base_med - 1
-                line += "  time %+.1f%%" % (100 * rel)
-            if (case, v["name"]) in checks:
-                w, where = checks[(case, v["name"])]
-                if w is None:
-                    line += "  outputs DIFFER (NaN in %s)" % where
-                elif w <= 1:
-                    line += "  outputs agree (%.2g)" % w
-                else:
-                    line += "  outputs DIFFER (%.2g, in %s)" % (w, where)
-            elif a.check and v["name"] != base:
-                line += "  outputs not checked"
-            if len(rs) < a.rounds:
-                line += f"  ({len(rs)} of {a.rounds} rounds)"
-            print(line)
-        copies = [r["copy_gbps"] for v in variants for r in results.get((case, v["name"]), [])]
-        if copies:
-            print(f"  copy {span(copies, '%.0f')} GB/s")
+    report(cases, [v["name"] for v in variants], results, checks, a.rounds, a.check)
     return 1 if failed else 3 if cut else 0
 
 

@@ -3,7 +3,8 @@
 # environment setting) alternate over two rounds and each case reports both, with the JSON
 # lines tagged by variant and round; a failing call is reported, the rest still run, and the
 # exit status is 1; with --check, outputs that differ from the baseline's fail it too (and
-# bench's --save-outputs / --check-outputs beneath it). It checks the script, never a speed.
+# bench's --save-outputs / --check-outputs beneath it); --report gives a run's report again from
+# its JSON lines, pooled over several files. It checks the script, never a speed.
 # Usage: ab_bench.sh PATH/TO/normgrad-cli
 set -u
 CLI=${1:?usage: ab_bench.sh normgrad-cli}
@@ -37,13 +38,36 @@ assert order[:4] == [(1, "rmsnorm", "base"), (1, "rmsnorm", "nopf"),
                      (1, "layernorm", "base"), (1, "layernorm", "nopf")], order
 assert all(r["median_ms"] > 0 and r["op"] in ("rmsnorm", "layernorm") for r in rows)
 PY
+# --report: the run's lines give the run's report; the first six (round 2 without case2) mark
+# case2's lines "(1 of 2 rounds)", and the last two pooled with them give the whole report again
+cp "$T/out" "$T/live"
+expect 0 python3 "$AB" --report "$T/ab.jsonl"
+cmp -s "$T/out" "$T/live" || fail "--report: $(diff "$T/live" "$T/out")"
+head -6 "$T/ab.jsonl" >"$T/ab1.jsonl"
+tail -2 "$T/ab.jsonl" >"$T/ab2.jsonl"
+expect 0 python3 "$AB" --report "$T/ab1.jsonl"
+[ "$(grep -c '(1 of 2 rounds)' "$T/out")" = 2 ] || fail "a cut run's report: $(cat "$T/out")"
+expect 0 python3 "$AB" --report "$T/ab1.jsonl" --report "$T/ab2.jsonl"
+cmp -s "$T/out" "$T/live" || fail "--report pooled: $(diff "$T/live" "$T/out")"
+expect 2 python3 "$AB" --report "$T/nothing.jsonl"
+expect 2 python3 "$AB" --report "$T/ab.jsonl" --rounds 3
+has "runs nothing" err
+expect 2 python3 "$AB" --report "$T/ab.jsonl" --variant a="$CLI"
+printf '{"variant": "a", "case": "x", "median_ms": "fast"}\n' >"$T/bad.jsonl"
+expect 2 python3 "$AB" --report "$T/bad.jsonl"
+has "bad.jsonl:1: not a line of ab_bench.py --out" err
+: >"$T/empty.jsonl"
+expect 2 python3 "$AB" --report "$T/empty.jsonl"
 
 printf '# a comment\n\nnosuchop --rows 1\n%s\n' "$case2" >"$T/cases"
-expect 1 python3 "$AB" --variant base="$CLI" --cases-file "$T/cases" --rounds 1
+expect 1 python3 "$AB" --variant base="$CLI" --cases-file "$T/cases" --rounds 1 --out "$T/err.jsonl"
 has "unknown op" err
 has "(no result)" out
 has "== $case2" out
 grep -q '^  base .* us' "$T/out" || fail "the good case still runs: $(cat "$T/out")"
+expect 1 python3 "$AB" --report "$T/err.jsonl"
+has "== nosuchop --rows 1" out
+has "(no result)" out
 
 # --deadline: no call starts after it; the report says what ran (here nothing), exit 3
 expect 2 python3 "$AB" --variant base="$CLI" --case "$case2" --deadline 0
@@ -100,12 +124,19 @@ assert d["outputs_check"] > 1 and d["outputs_check_worst"] == "dweight", d' "$T/
 printf '#!/bin/sh\nexec "%s" "$@" --offset 1\n' "$CLI" >"$T/offset.sh"
 chmod +x "$T/offset.sh"
 expect 0 python3 "$AB" --variant base="$CLI" --variant nopf="$CLI" \
-  --env nopf:NORMGRAD_TUNE=prefetch=1 --case "$case1" --case "$case2" --rounds 2 --check
+  --env nopf:NORMGRAD_TUNE=prefetch=1 --case "$case1" --case "$case2" --rounds 2 --check \
+  --out "$T/check.jsonl"
 [ "$(grep -c '^  nopf .*outputs agree' "$T/out")" = 2 ] || fail "--check: $(cat "$T/out")"
+cp "$T/out" "$T/live"
+expect 0 python3 "$AB" --report "$T/check.jsonl"
+cmp -s "$T/out" "$T/live" || fail "--report of a --check run: $(diff "$T/live" "$T/out")"
 expect 1 python3 "$AB" --variant base="$CLI" --variant off="$T/offset.sh" --case "$case1" \
-  --rounds 1 --check
+  --rounds 1 --check --out "$T/differ.jsonl"
 has "outputs DIFFER" out
 grep -q 'outputs DIFFER ([0-9.e+]*, in dx)' "$T/out" || fail "the output that differs: $(cat "$T/out")"
+expect 1 python3 "$AB" --report "$T/differ.jsonl"
+grep -q 'outputs DIFFER ([0-9.e+]*, in dx)' "$T/out" ||
+  fail "--report of outputs that differ: $(cat "$T/out")"
 # a backward's inputs come from the rules' forward whatever NORMGRAD_TUNE sets: the fused add's
 # dW under launches that move its forward's rstd by an ulp (xhat's bf16 rounding, summed in
 # llama mode) agrees with the rules' (41 and 65 times the bound when the override ran the
