@@ -448,6 +448,21 @@ static void test_workgroup_shape(void **state) {
                  false, false, true, false, 0, 0.5f, 1e-5f, 410 + i};
     run_case(&c);
   }
+  /* the H200 table's exact fits (src/tuning.c, ninth and tenth rounds) at their own lengths: 320,
+   * 448 and 704 work-items (a power of two and a quarter, three quarters of the next one) holding
+   * rows of 5120, 7168 and 11264 on two slots, on a persistent grid with the next-row prefetch;
+   * with and without ds_out, frozen once */
+  const size_t fit[][3] = {{5, 5120, 320}, {5, 7168, 448}, {3, 11264, 704}};
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 2));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_PREFETCH, 2));
+  for (size_t i = 0; i < NG_ARRAY_LEN(fit); i++) {
+    NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, (unsigned)fit[i][2]));
+    fa_case c = {fit[i][0], fit[i][1], i % 2 ? NG_F16 : NG_BF16, NG_F32, (ng_casting_mode)(i % 3),
+                 i == 1, false, i != 2, false, 0, 0.5f, 1e-5f, 420 + i};
+    run_case(&c);
+  }
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_PREFETCH, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
   NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
