@@ -295,6 +295,10 @@ static void test_workgroup_shape(void **state) {
       {96, 2, {7, 1536, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.5f, 1e-6f, 416}},
       {96, 2, {5, 1544, NG_F16, NG_BF16, NG_CAST_NONE, false, true, 8, 0.0f, 1e-5f, 417}},
       {160, 4, {4, 5120, NG_BF16, NG_BF16, NG_CAST_GEMMA, true, false, 0, 0.0f, 1e-6f, 418}},
+      /* the H200 table's backward fits at their own lengths (src/tuning.c): 576 × 2 at 9216 and
+       * 768 × 2 at 12288 (a power of two and an eighth, a half) */
+      {576, 2, {3, 9216, NG_BF16, NG_F32, NG_CAST_LLAMA, false, false, 0, 0.0f, 1e-6f, 419}},
+      {768, 2, {2, 12288, NG_F16, NG_F32, NG_CAST_GEMMA, true, false, 0, 0.0f, 1e-6f, 420}},
   };
   for (size_t i = 0; i < NG_ARRAY_LEN(held); i++) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, held[i].wg));
