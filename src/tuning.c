@@ -448,9 +448,11 @@ static const ng_builtin_tune builtin[] = {
      * (-4.2 %), -0.3 % at 12288; frozen 69.6 -> 64.4-65.5 at 10240 (-7.2 %), -5.0 % at 12288,
      * -3.4 % at 13312; 13312 with dW even. The range 9216-16384 of the entry before keeps
      * 1024 x 2 beyond 12288; 9217 since the ninth round (through the table: with dW 81.3-82.5
-     * -> 74.2-74.9 us at 9216 before 576 x 2 took it, -9.6 % at 9728; frozen -8.9, -9.4 %). */
-    {H200, "rmsnorm.bwd", BF16, 9217, 12288, NG_BUILTIN_V(768, 132, 2, 2)},
-    {H200, "rmsnorm.bwd_frozen", BF16, 9217, 14336, NG_BUILTIN_V(0, 132, 0, 2)},
+     * -> 74.2-74.9 us at 9216 before 576 x 2 took it, -9.6 % at 9728; frozen -8.9, -9.4 %);
+     * f16 too to 12288 since the eleventh round (below). */
+    {H200, "rmsnorm.bwd", X16, 9217, 12288, NG_BUILTIN_V(768, 132, 2, 2)},
+    {H200, "rmsnorm.bwd_frozen", X16, 9217, 12288, NG_BUILTIN_V(0, 132, 0, 2)},
+    {H200, "rmsnorm.bwd_frozen", BF16, 12289, 14336, NG_BUILTIN_V(0, 132, 0, 2)},
     /* A ninth round (2026-11-29): a work-group of the smallest multiple of 32 that holds the
      * row exactly at the top of each range (W x 4 for LayerNorm's forward, W x 2 for the
      * backwards), where the power of two or the split leaves much of it idle. Through this table
@@ -527,6 +529,34 @@ static const ng_builtin_tune builtin[] = {
     {H200, "fused-add-rmsnorm.bwd", X16, 5121, 6144, NG_BUILTIN_V(384, 264, 2, 2)},
     {H200, "fused-add-rmsnorm.bwd_frozen", X16, 4609, 6144, NG_BUILTIN_V(0, 264, 0, 2)},
     {H200, "rmsnorm.fwd", X16, 4609, 5120, NG_BUILTIN_V(160, 0, 4, 0)},
+    /* An eleventh round (2026-11-29, a third session). Through this table against the binary
+     * before it (three alternating rounds, outputs compared):
+     *  - PolyNorm on W/4 x 4 (its plans keep four slots; W/2 would leave half idle), the row held
+     *    exactly at the top of each range (160 to 5120, 192 to 6144) where the rules' 256 x 4 left
+     *    37.5 % of 5120's slots idle: the forward on four groups a compute unit, the backward on
+     *    four to 5120 and two to 6144 with the prefetch, both-frozen on that grid: bf16 -10.0,
+     *    -8.5, -4.4, -1.5 % forward at 4864, 5120, 5632, 6144, with dW and dB -14.4, -11.1,
+     *    -4.0, -3.0 %, dB alone -11.1 % at 5120 and -2.6 % at 6144, both frozen -13.8, -10.4,
+     *    -3.3, -1.3 %; f16 -11.6, -7.8, -3.8, -1.6 %, -12.8, -10.5, -3.8, -2.5 %, -11.7, -8.8,
+     *    -2.9, -0.8 %. 224 x 4 at 7168 lost 3-17 % on two and four groups a compute unit, 28-54 %
+     *    on one;
+     *  - RMSNorm's f16 backward on the bf16 entry's 768 x 2 at 9217-12288 (above), a group a
+     *    compute unit with the prefetch, frozen on that grid (past 12288 f16 keeps the rules',
+     *    where 1024 x 2 lost 11-25 %): with dW -8.9, -8.6, -4.6, -1.1 % at 9728, 10240, 11264,
+     *    12288, frozen -8.6, -9.5, -9.9, -7.5 %.
+     * Not taken (under the override): the exact fits W/2 x 2 at 2560-3584 for RMSNorm's and the
+     * fused add's backward and the fused add's forward (+1.8 to +33 % but the fused add's
+     * backward with dW at 2560, -1.9 %); LayerNorm's forward on 320 x 2 at 4864-5120 (even);
+     * LayerNorm's backward on W/2 x 2 at 6144-7168 (dB alone -16.5 and -10.4 % on two groups a
+     * compute unit, with dW +12.8 %: dx's shared shape forbids it; on one group +1.9 to +20 %),
+     * on 768 x 2 and 384 x 4 at 12288 (with dW -3.2 % on 768 x 2, dB alone +1.8 %, both frozen
+     * +12.9 %), and W x 1 for LayerNorm's and RMSNorm's backward at 5120-7168 (+10 to +55 %). */
+    {H200, "polynorm.fwd", X16, 4609, 5120, NG_BUILTIN_V(160, 528, 4, 2)},
+    {H200, "polynorm.bwd", X16, 4609, 5120, NG_BUILTIN_V(160, 528, 4, 2)},
+    {H200, "polynorm.bwd_frozen", X16, 4609, 5120, NG_BUILTIN_V(0, 528, 0, 2)},
+    {H200, "polynorm.fwd", X16, 5121, 6144, NG_BUILTIN_V(192, 528, 4, 2)},
+    {H200, "polynorm.bwd", X16, 5121, 6144, NG_BUILTIN_V(192, 264, 4, 2)},
+    {H200, "polynorm.bwd_frozen", X16, 5121, 6144, NG_BUILTIN_V(0, 264, 0, 2)},
 };
 #undef H200
 #undef BF16

@@ -848,10 +848,10 @@ static void test_builtin_launches(void **state) {
     assert_fit_or_rules(&l, 0, 0, 0);
   }
   /* ... and RMSNorm's bf16 backward at 9217-12288 on 768 x 2 a group a compute unit with the
-   * prefetch, its frozen pass on that shape and grid, and at 13312-14336 on 1024 x 2 with that
-   * grid; at 8704-9216 on 576 x 2 (the ninth round, f16 too), frozen on two groups a compute
-   * unit; 16384 keeps 1024 x 2 (the entry before; frozen, the rules' grid), 8192, f16 past 9216
-   * and the H100 the rules' */
+   * prefetch, its frozen pass on that shape and grid (f16 too since the eleventh round), and at
+   * 13312-14336 on 1024 x 2 with that grid; at 8704-9216 on 576 x 2 (the ninth round, f16 too),
+   * frozen on two groups a compute unit; 16384 keeps 1024 x 2 (the entry before; frozen, the
+   * rules' grid), 8192, f16 past 12288 and the H100 the rules' */
   for (int dw = 0; dw < 2; dw++) {
     const size_t rb[] = {8704, 9216, 9728, 10240, 11264, 12288, 13312, 14336, 16384};
     for (size_t i = 0; i < NG_ARRAY_LEN(rb); i++) {
@@ -871,8 +871,12 @@ static void test_builtin_launches(void **state) {
         assert_false(split16);
         assert_int_equal(l.wg, 576);
         assert_int_equal(l.groups, dw ? 132 : 264);
-      } else {
-        assert_int_not_equal(l.wg, wg);
+      } else if (rb[i] <= 12288) { /* the eleventh round: f16 on the bf16 entry's launch */
+        assert_false(split16);
+        assert_fit_or_rules(&l, 768, 2, 132);
+      } else { /* the rules' shape and grid, frozen too */
+        assert_int_not_equal((split16 ? c2.l.wg : l.wg), wg);
+        assert_int_not_equal((split16 ? c2.l.groups : l.groups), 132);
       }
       (void)ng_rmsnorm_bwd_plan(h1, rows, rb[i], NG_BF16, false, false, dw, &l, &c1);
       assert_int_not_equal(l.wg, wg);
@@ -905,6 +909,41 @@ static void test_builtin_launches(void **state) {
       assert_int_equal(l.wg & (l.wg - 1), 0);
     l = ng_layernorm_fwd_launch(h1, rows, ln[i].n, NG_BF16, true);
     assert_int_equal(l.wg & (l.wg - 1), 0);
+  }
+  /* ... and the eleventh round's PolyNorm at 4609-6144: one slice of W/4 x 4 holding the row
+   * exactly (160 to 5120, 192 to 6144) with the prefetch, the forward on four groups a compute
+   * unit, the backward (dW and dB, dB alone) on four to 5120 and two beyond, both frozen on
+   * that grid, bf16 and f16; 4608, 6145, f32 and the H100 keep the rules' power of two */
+  const struct {
+    size_t n;
+    unsigned wg, bwd_groups;
+  } pn[] = {{4608, 0, 0},     {4609, 160, 528}, {4864, 160, 528}, {5120, 160, 528},
+            {5121, 192, 264}, {5632, 192, 264}, {6144, 192, 264}, {6145, 0, 0}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(pn); i++) {
+    const size_t rows = (1u << 25) / pn[i].n;
+    for (int d = 0; d < 4; d++) {
+      const ng_dtype xd = d == 1 ? NG_F16 : d == 2 ? NG_F32 : NG_BF16;
+      ng_context *dev = d == 3 ? h1 : h2;
+      const unsigned wg = d < 2 ? pn[i].wg : 0;
+      const bool sp = ng_polynorm_fwd_plan(dev, rows, pn[i].n, xd, &c2);
+      if (wg) {
+        assert_true(sp);
+        assert_int_equal(c2.slices, 1);
+        assert_fit_or_rules(&c2.l, wg, 4, 528);
+      } else if (sp) {
+        assert_int_equal(c2.l.wg & (c2.l.wg - 1), 0);
+      }
+      for (int g = 0; g < 3; g++) {
+        const bool bsp = ng_polynorm_bwd_plan(dev, rows, pn[i].n, xd, g == 0, g < 2, &l, &c2);
+        if (wg) {
+          assert_true(bsp);
+          assert_int_equal(c2.slices, 1);
+          assert_fit_or_rules(&c2.l, wg, 4, pn[i].bwd_groups);
+        } else {
+          assert_fit_or_rules(bsp ? &c2.l : &l, 0, 0, 0);
+        }
+      }
+    }
   }
   l = ng_rmsnorm_fwd_launch(h2, false, 3276, 10240, NG_F32, true);
   assert_int_equal(l.groups, 1056); /* the f32 entry at 9216-16384 */
