@@ -538,19 +538,22 @@ static const ng_builtin_tune builtin[] = {
      *    -8.5, -4.4, -1.5 % forward at 4864, 5120, 5632, 6144, with dW and dB -14.4, -11.1,
      *    -4.0, -3.0 %, dB alone -11.1 % at 5120 and -2.6 % at 6144, both frozen -13.8, -10.4,
      *    -3.3, -1.3 %; f16 -11.6, -7.8, -3.8, -1.6 %, -12.8, -10.5, -3.8, -2.5 %, -11.7, -8.8,
-     *    -2.9, -0.8 %. 224 x 4 at 7168 lost 3-17 % on two and four groups a compute unit, 28-54 %
-     *    on one;
+     *    -2.9, -0.8 %. 224 x 4 at 7168 lost 0.6-17 % on two and four groups a compute unit,
+     *    28-54 % on one;
      *  - RMSNorm's f16 backward on the bf16 entry's 768 x 2 at 9217-12288 (above), a group a
      *    compute unit with the prefetch, frozen on that grid (past 12288 f16 keeps the rules',
      *    where 1024 x 2 lost 11-25 %): with dW -8.9, -8.6, -4.6, -1.1 % at 9728, 10240, 11264,
      *    12288, frozen -8.6, -9.5, -9.9, -7.5 %.
      * Not taken (under the override): the exact fits W/2 x 2 at 2560-3584 for RMSNorm's and the
-     * fused add's backward and the fused add's forward (+1.8 to +33 % but the fused add's
-     * backward with dW at 2560, -1.9 %); LayerNorm's forward on 320 x 2 at 4864-5120 (even);
-     * LayerNorm's backward on W/2 x 2 at 6144-7168 (dB alone -16.5 and -10.4 % on two groups a
-     * compute unit, with dW +12.8 %: dx's shared shape forbids it; on one group +1.9 to +20 %),
-     * on 768 x 2 and 384 x 4 at 12288 (with dW -3.2 % on 768 x 2, dB alone +1.8 %, both frozen
-     * +12.9 %), and W x 1 for LayerNorm's and RMSNorm's backward at 5120-7168 (+10 to +55 %). */
+     * fused add's backward and the fused add's forward (+1.8 to +33 % on two groups a compute
+     * unit, +35 to +120 % on one, but the fused add's backward with dW at 2560, -1.9 %);
+     * LayerNorm's forward on 320 x 2 at 4864-5120 (even); LayerNorm's backward on W/2 x 2 at
+     * 6144-7168 (dB alone -16.5 and -10.4 % on two groups a compute unit, with dW +12.8 %: dx's
+     * shared shape forbids it; on one group +1.9 to +20 %), on W/4 x 4 at 5632-6144 (with dW
+     * -4.2 to -5.5 %, dB alone -14.5 to -21.4 %, but both frozen, the LoRA pass that shares the
+     * shape, +1.7 to +31 % on every grid tried; 5120 and 7168 lost with dW), on 768 x 2 and
+     * 384 x 4 at 12288 (with dW -3.2 % on 768 x 2, dB alone +1.8 %, both frozen +12.9 %), and
+     * W x 1 for LayerNorm's and RMSNorm's backward at 5120-7168 (+10 to +55 %). */
     {H200, "polynorm.fwd", X16, 4609, 5120, NG_BUILTIN_V(160, 528, 4, 2)},
     {H200, "polynorm.bwd", X16, 4609, 5120, NG_BUILTIN_V(160, 528, 4, 2)},
     {H200, "polynorm.bwd_frozen", X16, 4609, 5120, NG_BUILTIN_V(0, 528, 0, 2)},

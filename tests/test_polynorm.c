@@ -351,7 +351,7 @@ static void test_split_rows(void **state) {
     ng_row_launch l;
     assert_true(ng_polynorm_fwd_plan(e->ctx, rows, n, xd, &cp));
     assert_int_equal(cp.slices, 1);
-    assert_int_equal(cp.l.wg * 4 * 8, n);
+    assert_int_equal(cp.l.wg * cp.l.reg_cols * 8, n);
     assert_true(ng_polynorm_bwd_plan(e->ctx, rows, n, xd, !c.freeze_w, !c.freeze_b, &l, &cp));
     assert_int_equal(cp.slices, 1);
     assert_int_equal(cp.l.wg * cp.l.reg_cols * 8, n);
