@@ -461,17 +461,12 @@ ng_status ng_polynorm_for_each_variant(ng_context *ctx, ng_variant_fn fn, void *
   for (int aligned = 1; aligned >= 0; aligned--)
     for (size_t ni = 0, n; (n = ng_variant_n_ctx(ctx, ni)) != 0; ni++) {
       for (size_t xi = 0; xi < NG_ARRAY_LEN(fl); xi++) {
-        /* the kind as the calls name it, so a tuned or built-in launch is built too */
-        ng_row_launch lf = ng_choose_row_launch_k(ctx, "polynorm.fwd", fl[xi], (size_t)1 << 20,
-                                                  n, aligned != 0, fwd_mode(fl[xi]));
-        lf.reg_cols = PN_HELD; /* as launch() */
+        /* the launches the calls take (their kinds: a tuned or built-in launch is built too) */
+        const ng_polynorm_params p = {(size_t)1 << 20, n, 1e-6f};
+        const ng_row_launch lf = launch(ctx, &p, aligned != 0, false, false, false, fl[xi]);
         for (int v = 0; v < 5 && s == NG_SUCCESS; v++) { /* forward, then dw × db */
-          ng_row_launch lb = ng_choose_row_launch_k(ctx, v == 1 ? "polynorm.bwd_frozen"
-                                                              : "polynorm.bwd",
-                                                    fl[xi], (size_t)1 << 20, n, aligned != 0,
-                                                    bwd_mode(fl[xi], v > 0 && ((v - 1) & 1),
-                                                             v > 0 && ((v - 1) >> 1)));
-          lb.reg_cols = PN_HELD;
+          const ng_row_launch lb = launch(ctx, &p, aligned != 0, true, v > 0 && ((v - 1) & 1),
+                                          v > 0 && ((v - 1) >> 1), fl[xi]);
           ng_opts o;
           ng_coop cf; /* the forward's rows split across groups */
           if (v == 0) {
