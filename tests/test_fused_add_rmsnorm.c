@@ -462,10 +462,7 @@ static void test_workgroup_shape(void **state) {
                  i == 1, false, i != 2, false, 0, 0.5f, 1e-5f, 420 + i};
     run_case(&c);
   }
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_PREFETCH, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  ng_test_reset_overrides(e->ctx);
 }
 
 /* Backward is the gradient of forward: L = Σ y·gy + Σ s·gs (s feeds later layers too), checked

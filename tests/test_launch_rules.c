@@ -857,20 +857,14 @@ static void test_builtin_launches(void **state) {
     for (size_t i = 0; i < NG_ARRAY_LEN(rb); i++) {
       const size_t rows = (1u << 25) / rb[i];
       const unsigned wg = rb[i] <= 9216 ? 576 : rb[i] <= 12288 ? 768 : 1024;
+      const bool grid = dw || rb[i] <= 14336;
       assert_false(ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_BF16, false, false, dw, &l, &c2));
-      assert_int_equal(l.wg, wg);
-      assert_int_equal(l.reg_cols, 2);
-      if (dw || rb[i] <= 14336) {
-        assert_int_equal(l.groups, !dw && rb[i] <= 9216 ? 264 : 132);
-        assert_true(l.prefetch);
-      } else {
-        assert_int_not_equal(l.groups, 132);
-      }
+      assert_fit_or_rules(&l, wg, 2, grid ? (!dw && rb[i] <= 9216 ? 264 : 132) : 0);
+      if (!grid) assert_int_not_equal(l.groups, 132);
       const bool split16 = ng_rmsnorm_bwd_plan(h2, rows, rb[i], NG_F16, false, false, dw, &l, &c2);
       if (rb[i] <= 9216) {
         assert_false(split16);
-        assert_int_equal(l.wg, 576);
-        assert_int_equal(l.groups, dw ? 132 : 264);
+        assert_fit_or_rules(&l, 576, 2, dw ? 132 : 264);
       } else if (rb[i] <= 12288) { /* the eleventh round: f16 on the bf16 entry's launch */
         assert_false(split16);
         assert_fit_or_rules(&l, 768, 2, 132);
@@ -896,19 +890,11 @@ static void test_builtin_launches(void **state) {
   for (size_t i = 0; i < NG_ARRAY_LEN(ln); i++) {
     const size_t rows = (1u << 25) / ln[i].n;
     l = ng_layernorm_fwd_launch(h2, rows, ln[i].n, NG_BF16, true);
-    if (ln[i].wg) {
-      assert_int_equal(l.wg, ln[i].wg);
-      assert_int_equal(l.reg_cols, 4);
-    } else {
-      assert_int_equal(l.wg & (l.wg - 1), 0); /* the rules' power of two */
-    }
+    assert_fit_or_rules(&l, ln[i].wg, 4, 0);
     l = ng_layernorm_fwd_launch(h2, rows, ln[i].n, NG_F16, true);
-    if (ln[i].n >= 8704 && ln[i].n <= 10240)
-      assert_int_equal(l.wg, ln[i].wg);
-    else
-      assert_int_equal(l.wg & (l.wg - 1), 0);
+    assert_fit_or_rules(&l, ln[i].n >= 8704 && ln[i].n <= 10240 ? ln[i].wg : 0, 4, 0);
     l = ng_layernorm_fwd_launch(h1, rows, ln[i].n, NG_BF16, true);
-    assert_int_equal(l.wg & (l.wg - 1), 0);
+    assert_fit_or_rules(&l, 0, 0, 0);
   }
   /* ... and the eleventh round's PolyNorm at 4609-6144: one slice of W/4 x 4 holding the row
    * exactly (160 to 5120, 192 to 6144) with the prefetch, the forward on four groups a compute
@@ -931,7 +917,7 @@ static void test_builtin_launches(void **state) {
         assert_int_equal(c2.slices, 1);
         assert_fit_or_rules(&c2.l, wg, 4, 528);
       } else if (sp) {
-        assert_int_equal(c2.l.wg & (c2.l.wg - 1), 0);
+        assert_fit_or_rules(&c2.l, 0, 0, 0);
       }
       for (int g = 0; g < 3; g++) {
         const bool bsp = ng_polynorm_bwd_plan(dev, rows, pn[i].n, xd, g == 0, g < 2, &l, &c2);

@@ -394,9 +394,7 @@ static void test_workgroup_shape(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 416));
   c = make_case(2, 13312, NG_F16, NG_F32, &PARAMS[0], 0, seed++);
   run_case(&c);
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  ng_test_reset_overrides(e->ctx);
 }
 
 /* dW and dB summed by the backward kernel's last groups (NG_TUNE_FUSED_REDUCE, the default on

@@ -305,9 +305,7 @@ static void test_workgroup_shape(void **state) {
     NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, held[i].reg));
     run_case(&held[i].c);
   }
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_REG_COLS, NG_TUNE_AUTO));
-  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, NG_TUNE_AUTO));
+  ng_test_reset_overrides(e->ctx);
 }
 
 /* dW summed by the backward kernel's last groups (NG_TUNE_FUSED_REDUCE, the default on NVIDIA)
