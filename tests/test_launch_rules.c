@@ -699,12 +699,45 @@ static void test_builtin_launches(void **state) {
     assert_false(ng_rmsnorm_bwd_plan(h1, 5461, 6144, NG_BF16, false, false, dw, &l, &c1));
     assert_int_equal(l.wg, 384);
   }
-  /* LayerNorm's both-frozen rows of 6144 on a grid of 264 groups instead of a group a row */
-  assert_false(ng_layernorm_bwd_plan(h2, 5461, 6144, NG_BF16, false, false, &l, &c2));
-  assert_int_equal(l.groups, 264);
-  assert_true(l.prefetch);
-  assert_false(ng_layernorm_bwd_plan(h1, 5461, 6144, NG_BF16, false, false, &l, &c1));
-  assert_int_equal(l.groups, 5461);
+  /* LayerNorm's both-frozen rows of 6145-7168 on a grid of 264 groups instead of a group a row
+   * (bf16; f16 on 528); and the twelfth round's 5632-6144 on one group of 192 x 4 a row, with
+   * dW or dB on two groups a compute unit with the prefetch, both frozen on four without it,
+   * bf16 and f16; 5631, f32 and the H100 keep the rules' power of two and grids */
+  const struct {
+    size_t n;
+    unsigned wg;
+  } lb[] = {{5631, 0}, {5632, 192}, {5888, 192}, {6144, 192}, {6145, 0}, {7168, 0}};
+  for (size_t i = 0; i < NG_ARRAY_LEN(lb); i++) {
+    const size_t rows = (1u << 25) / lb[i].n;
+    for (int d = 0; d < 4; d++) {
+      const ng_dtype xd = d == 1 ? NG_F16 : d == 2 ? NG_F32 : NG_BF16;
+      ng_context *dev = d == 3 ? h1 : h2;
+      const unsigned wg = d < 2 ? lb[i].wg : 0;
+      for (int g = 0; g < 4; g++) {
+        const bool dw = g == 0 || g == 1, db = g == 0 || g == 2;
+        const bool sp = ng_layernorm_bwd_plan(dev, rows, lb[i].n, xd, dw, db, &l, &c2);
+        if (!wg) { /* f32 rows may split (NG_ROWS_F32_1SLOT) */
+          if (d != 2) assert_false(sp);
+          assert_fit_or_rules(sp ? &c2.l : &l, 0, 0, 0);
+          if (g == 3 && d < 2 && lb[i].n > 6144) { /* the frozen grids from 6145 */
+            assert_int_equal(l.groups, d == 1 ? 528 : 264);
+            assert_true(l.prefetch);
+          } else if (g == 3 && d == 3) {
+            assert_int_equal(l.groups, rows); /* a group a row */
+          }
+          continue;
+        }
+        assert_false(sp);
+        if (g < 3) {
+          assert_fit_or_rules(&l, wg, 4, 264);
+        } else {
+          assert_fit_or_rules(&l, wg, 4, 0);
+          assert_int_equal(l.groups, 528);
+          assert_false(l.prefetch);
+        }
+      }
+    }
+  }
   /* PolyNorm's 16-bit forward at 12288 split on slices of 128, four groups a compute unit,
    * where the rules hold the row (13312 and the H100 too) */
   for (int d = 0; d < 2; d++) {
@@ -814,15 +847,16 @@ static void test_builtin_launches(void **state) {
     l = ng_rmsnorm_fwd_launch(h1, true, rows, fa[i].n, NG_BF16, true);
     assert_fit_or_rules(&l, 0, 0, 0);
   }
-  /* ... and the tenth round's at 4609-7168: the fused add's forward on W x 2 holding the row
-   * exactly (320 to 5120, 384 to 6144, 448 to 7168) on two groups a compute unit with the
-   * prefetch, its backward so to 6144 (frozen alike), RMSNorm's forward on 160 x 4 to 5120 on
-   * the rules' grid for that shape; 4608, 7169 (6145 for the backward, 5121 for RMSNorm), f32
-   * and the H100 keep the rules' */
+  /* ... and the tenth round's at 4609-7168 (the twelfth's from 4097): the fused add's forward
+   * on W x 2 holding the row exactly (288 to 4608, 320 to 5120, 384 to 6144, 448 to 7168) on
+   * two groups a compute unit with the prefetch, its backward so to 6144 (frozen alike),
+   * RMSNorm's forward on 160 x 4 to 5120 on the rules' grid for that shape; 4096, 7169 (6145
+   * for the backward, 5121 for RMSNorm), f32 and the H100 keep the rules' */
   const struct {
     size_t n;
     unsigned fwd_wg, bwd_wg, rms_wg;
-  } fb[] = {{4608, 0, 0, 0},       {4609, 320, 320, 160}, {4864, 320, 320, 160},
+  } fb[] = {{4096, 0, 0, 0},       {4097, 288, 288, 160}, {4352, 288, 288, 160},
+            {4608, 288, 288, 160}, {4609, 320, 320, 160}, {4864, 320, 320, 160},
             {5120, 320, 320, 160}, {5121, 384, 384, 0},   {5632, 384, 384, 0},
             {6144, 384, 384, 0},   {6145, 448, 0, 0},     {6656, 448, 0, 0},
             {7168, 448, 0, 0},     {7169, 0, 0, 0}};
@@ -896,15 +930,17 @@ static void test_builtin_launches(void **state) {
     l = ng_layernorm_fwd_launch(h1, rows, ln[i].n, NG_BF16, true);
     assert_fit_or_rules(&l, 0, 0, 0);
   }
-  /* ... and the eleventh round's PolyNorm at 4609-6144: one slice of W/4 x 4 holding the row
-   * exactly (160 to 5120, 192 to 6144) with the prefetch, the forward on four groups a compute
-   * unit, the backward (dW and dB, dB alone) on four to 5120 and two beyond, both frozen on
-   * that grid, bf16 and f16; 4608, 6145, f32 and the H100 keep the rules' power of two */
+  /* ... and the eleventh round's PolyNorm at 4609-6144 (the twelfth's from 4097): one slice of
+   * W/4 x 4 holding the row exactly (160 to 5120, 192 to 6144) with the prefetch, the forward
+   * on four groups a compute unit, the backward (dW and dB, dB alone) on four to 5120 and two
+   * beyond, both frozen on that grid, bf16 and f16; 4096, 6145, f32 and the H100 keep the
+   * rules' power of two */
   const struct {
     size_t n;
     unsigned wg, bwd_groups;
-  } pn[] = {{4608, 0, 0},     {4609, 160, 528}, {4864, 160, 528}, {5120, 160, 528},
-            {5121, 192, 264}, {5632, 192, 264}, {6144, 192, 264}, {6145, 0, 0}};
+  } pn[] = {{4096, 0, 0},     {4097, 160, 528}, {4352, 160, 528}, {4608, 160, 528},
+            {4609, 160, 528}, {4864, 160, 528}, {5120, 160, 528}, {5121, 192, 264},
+            {5632, 192, 264}, {6144, 192, 264}, {6145, 0, 0}};
   for (size_t i = 0; i < NG_ARRAY_LEN(pn); i++) {
     const size_t rows = (1u << 25) / pn[i].n;
     for (int d = 0; d < 4; d++) {
