@@ -394,6 +394,14 @@ static void test_workgroup_shape(void **state) {
   NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 416));
   c = make_case(2, 13312, NG_F16, NG_F32, &PARAMS[0], 0, seed++);
   run_case(&c);
+  /* ... and its backward's 192 × 4 at 5632-6144 (the twelfth round): a row held with 64 of its
+   * 768 slots idle, both frozen on a grid of a few groups; a row held exactly, dB alone */
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_WORKGROUP, 192));
+  NG_OK(ng_context_override(e->ctx, NG_TUNE_GROUPS, 2));
+  c = make_case(5, 5632, NG_BF16, NG_F32, &PARAMS[6], 0, seed++);
+  run_case(&c);
+  c = make_case(3, 6144, NG_F16, NG_BF16, &PARAMS[2], 0, seed++);
+  run_case(&c);
   ng_test_reset_overrides(e->ctx);
 }
 
