@@ -875,7 +875,7 @@ ng_row_launch ng_choose_row_launch(const ng_context *ctx, size_t rows, size_t n,
 size_t ng_variant_n(size_t i);
 /* ng_variant_n's lengths, then ng_tuned_length's for ctx: the ops' variant lists, so that a
  * prebuild builds the launches a tuned line or a built-in entry gives rows between the listed
- * lengths (50 of the H200's 77 entries lie strictly between two powers of two) */
+ * lengths (54 of the H200's 81 entries lie strictly between two powers of two) */
 size_t ng_variant_n_ctx(const ng_context *ctx, size_t i);
 /* The i-th row length at which one of ctx's tuning.txt lines or built-in entries (its device's)
  * begins or ends, 0 after the last or with table=1 (duplicates possible) */
