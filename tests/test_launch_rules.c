@@ -597,6 +597,15 @@ static void test_builtin_entries(void **state) {
   ng_context_release(h1);
 }
 
+/* The four cases of the tables' range checks: d 0-2 bf16, f16, f32 on the H200, d 3 bf16 on the
+ * H100; a 16-bit entry's work-group wg16 serves the 16-bit H200 cases alone (*wg 0: the rules') */
+static ng_context *case_of(int d, ng_context *h2, ng_context *h1, unsigned wg16, ng_dtype *xd,
+                           unsigned *wg) {
+  *xd = d == 1 ? NG_F16 : d == 2 ? NG_F32 : NG_BF16;
+  *wg = d < 2 ? wg16 : 0;
+  return d == 3 ? h1 : h2;
+}
+
 /* A launch on a table entry's shape wg x reg (and, where groups is not 0, that grid with the
  * prefetch), or with wg 0 the rules' power of two */
 static void assert_fit_or_rules(const ng_row_launch *l, unsigned wg, unsigned reg,
@@ -710,9 +719,9 @@ static void test_builtin_launches(void **state) {
   for (size_t i = 0; i < NG_ARRAY_LEN(lb); i++) {
     const size_t rows = (1u << 25) / lb[i].n;
     for (int d = 0; d < 4; d++) {
-      const ng_dtype xd = d == 1 ? NG_F16 : d == 2 ? NG_F32 : NG_BF16;
-      ng_context *dev = d == 3 ? h1 : h2;
-      const unsigned wg = d < 2 ? lb[i].wg : 0;
+      ng_dtype xd;
+      unsigned wg;
+      ng_context *dev = case_of(d, h2, h1, lb[i].wg, &xd, &wg);
       for (int g = 0; g < 4; g++) {
         const bool dw = g == 0 || g == 1, db = g == 0 || g == 2;
         const bool sp = ng_layernorm_bwd_plan(dev, rows, lb[i].n, xd, dw, db, &l, &c2);
@@ -944,9 +953,9 @@ static void test_builtin_launches(void **state) {
   for (size_t i = 0; i < NG_ARRAY_LEN(pn); i++) {
     const size_t rows = (1u << 25) / pn[i].n;
     for (int d = 0; d < 4; d++) {
-      const ng_dtype xd = d == 1 ? NG_F16 : d == 2 ? NG_F32 : NG_BF16;
-      ng_context *dev = d == 3 ? h1 : h2;
-      const unsigned wg = d < 2 ? pn[i].wg : 0;
+      ng_dtype xd;
+      unsigned wg;
+      ng_context *dev = case_of(d, h2, h1, pn[i].wg, &xd, &wg);
       const bool sp = ng_polynorm_fwd_plan(dev, rows, pn[i].n, xd, &c2);
       if (wg) {
         assert_true(sp);
