@@ -312,8 +312,8 @@ static const ng_builtin_tune builtin[] = {
      * pass on the same shape -16 to -31 % (in f16 the scan's 256 x 4 at 8192 gained 11 % with dW
      * and lost 32 % frozen, so f16 keeps the rules) */
     {H200, "rmsnorm.bwd", F32, 2560, 4096, NG_BUILTIN_V(128, 264, 4, 2)},
-    /* LayerNorm's both-frozen f16 backward on four groups a compute unit: -3.3 to -7.9 % (at
-     * 6144 since the twelfth round's entry at the end) */
+    /* LayerNorm's both-frozen f16 backward on four groups a compute unit: -3.3 to -7.9 % (from
+     * 6145 since the twelfth round's entry at the end took 6144) */
     {H200, "layernorm.bwd_frozen", F16, 6145, 8192, NG_BUILTIN_V(0, 528, 0, 2)},
     /* A second round of scans (the same day; measured under NORMGRAD_TUNE with the entry's
      * values, each frozen pass with the shape alone, as the table gives it):
@@ -575,8 +575,8 @@ static const ng_builtin_tune builtin[] = {
      *    4608; with dW -18.0, -15.7, -13.9 % (f16 -15.6 % at 4608), frozen -14.6, -12.5 % at
      *    4352, 4608 (f16 -13.0 %); and RMSNorm's forward on the tenth round's 160 x 4 from 4097:
      *    -7.1, -6.1, -3.8 % (f16 -7.3 % at 4608);
-     *  - LayerNorm's backward on one group of 192 x 4 a row at 5632-6144 with dW or dB on two
-     *    groups a compute unit with the prefetch, both frozen (dx's shared shape) on four
+     *  - LayerNorm's backward on 192 x 4 (6144's row exactly) at 5632-6144, with dW or dB on
+     *    two groups a compute unit with the prefetch, both frozen (dx's shared shape) on four
      *    without it: bf16 with dW -5.0, -3.7, -2.8 % at 5632, 5888, 6144, dB alone -18.9, -17.5,
      *    -15.3 %, both frozen -1.4, -1.6, +0.4 %; f16 at 5632 and 6144 -4.7, -3.1 %, -22.3,
      *    -20.7 %, -14.1, -6.3 %. Under the override, both frozen on 192 x 4 with the prefetch had

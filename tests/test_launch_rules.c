@@ -709,9 +709,9 @@ static void test_builtin_launches(void **state) {
     assert_int_equal(l.wg, 384);
   }
   /* LayerNorm's both-frozen rows of 6145-7168 on a grid of 264 groups instead of a group a row
-   * (bf16; f16 on 528); and the twelfth round's 5632-6144 on one group of 192 x 4 a row, with
-   * dW or dB on two groups a compute unit with the prefetch, both frozen on four without it,
-   * bf16 and f16; 5631, f32 and the H100 keep the rules' power of two and grids */
+   * (bf16; f16 on 528); and the twelfth round's 5632-6144 on 192 x 4, with dW or dB on two
+   * groups a compute unit with the prefetch, both frozen on four without it, bf16 and f16;
+   * 5631, f32 and the H100 keep the rules' power of two and grids */
   const struct {
     size_t n;
     unsigned wg;
