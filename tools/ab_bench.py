@@ -126,9 +126,11 @@ def span(xs, fmt):
     return fmt % lo if fmt % lo == fmt % hi else (fmt % lo) + "-" + (fmt % hi)
 
 
-def report(cases, names, results, checks, rounds, check):
+def report(cases, names, results, checks, rounds, check, present=None):
     """Print each case's lines: every variant's times, ratio, kernels, change against the
-    baseline (names[0]) and output check."""
+    baseline (names[0]) and output check. present (--report): the (case, variant) pairs the
+    files have a line of, a result or an error; a variant without one for a case was not run on
+    it (the files pool runs of other variant sets) and is left out of that case's lines."""
     base = names[0]
     for case in cases:
         print(f"== {case}")
@@ -136,6 +138,8 @@ def report(cases, names, results, checks, rounds, check):
         base_med = statistics.median(r["median_ms"] for r in base_rs) if base_rs else None
         for name in names:
             rs = results.get((case, name))
+            if present is not None and (case, name) not in present:
+                continue
             if not rs:
                 print(f"  {name:<12} (no result)")
                 continue
@@ -171,7 +175,7 @@ def report(cases, names, results, checks, rounds, check):
 
 def report_files(paths):
     """--report: pool the JSON lines of earlier runs and report them as the run would have."""
-    cases, names, results, checks, failed = [], [], {}, {}, False
+    cases, names, results, checks, failed, present = [], [], {}, {}, False, set()
     for path in paths:
         try:
             f = open(path)
@@ -197,6 +201,7 @@ def report_files(paths):
                     cases.append(case)
                 if name not in names:
                     names.append(name)
+                present.add((case, name))
                 if "error" in r:
                     failed = True
                     continue
@@ -212,7 +217,7 @@ def report_files(paths):
         print("ab_bench.py: --report: no lines in " + ", ".join(paths), file=sys.stderr)
         return 2
     rounds = max((len(rs) for rs in results.values()), default=0)
-    report(cases, names, results, checks, rounds, bool(checks))
+    report(cases, names, results, checks, rounds, bool(checks), present)
     return 1 if failed else 0
 
 

@@ -49,6 +49,13 @@ expect 0 python3 "$AB" --report "$T/ab1.jsonl"
 [ "$(grep -c '(1 of 2 rounds)' "$T/out")" = 2 ] || fail "a cut run's report: $(cat "$T/out")"
 expect 0 python3 "$AB" --report "$T/ab1.jsonl" --report "$T/ab2.jsonl"
 cmp -s "$T/out" "$T/live" || fail "--report pooled: $(diff "$T/live" "$T/out")"
+# files that pool runs of other variant sets: a variant a case has no line of is left out of
+# that case's lines (nopf's lines of case2 taken away), not reported as "(no result)"
+grep -v "\"variant\": \"nopf\".*\"case\": \"$case2\"" "$T/ab.jsonl" >"$T/ab3.jsonl"
+[ "$(wc -l <"$T/ab3.jsonl")" = 6 ] || fail "nopf's case2 lines: $(cat "$T/ab3.jsonl")"
+expect 0 python3 "$AB" --report "$T/ab3.jsonl"
+[ "$(grep -c '^  nopf ' "$T/out")" = 1 ] || fail "nopf in case1 alone: $(cat "$T/out")"
+grep -q "(no result)" "$T/out" && fail "a variant not run reported as no result: $(cat "$T/out")"
 expect 2 python3 "$AB" --report "$T/nothing.jsonl"
 expect 2 python3 "$AB" --report "$T/ab.jsonl" --rounds 3
 has "runs nothing" err
