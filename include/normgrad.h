@@ -404,7 +404,9 @@ typedef enum ng_casting_mode {
  * with the op's *_scratch_size function and pass a buffer of at least that many bytes, which must
  * not be used by anything else until the op's event completes. Frozen parameters need none (a
  * scratch given to a call that needs none is ignored). The size depends on the context's device
- * and ng_context_override settings, not on the buffers.
+ * and ng_context_override settings, not on the buffers. RMSNorm's, the fused add's and
+ * LayerNorm's backward round the scratch's offset up to a multiple of 8 elements (dx's bits must
+ * not depend on it); their sizes include that headroom, so any offset works.
  *
  * Errors every norm op (forward and backward) can return, before anything is enqueued:
  *  - NG_ERR_NULL_HANDLE: ctx, queue or params NULL;

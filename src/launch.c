@@ -169,6 +169,23 @@ ng_status ng_scratch_acquire(ng_context *ctx, ng_tensor caller, size_t bytes, ng
   return NG_SUCCESS;
 }
 
+ng_status ng_scratch_acquire_vec(ng_context *ctx, ng_tensor caller, size_t bytes, ng_scratch *out) {
+  if (caller.mem && bytes && caller.offset % NG_SCRATCH_VEC) {
+    const size_t up = NG_SCRATCH_VEC - caller.offset % NG_SCRATCH_VEC;
+    if (caller.offset > SIZE_MAX - up)
+      return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch: offset %zu overflows", caller.offset);
+    caller.offset += up;
+    ng_status s = ng_scratch_acquire(ctx, caller, bytes, out);
+    if (s == NG_ERR_BUFFER_TOO_SMALL || s == NG_ERR_OFFSET_OUT_OF_RANGE)
+      s = ng_fail(s, "scratch: %zu bytes from element %zu (the offset rounded up to a multiple of "
+                  "%u, as the partial rows are written %u floats at a time) pass the buffer's "
+                  "end; size it with the op's *_scratch_size",
+                  bytes, caller.offset, NG_SCRATCH_VEC, NG_SCRATCH_VEC);
+    return s;
+  }
+  return ng_scratch_acquire(ctx, caller, bytes, out);
+}
+
 void ng_scratch_release(ng_scratch *s) {
   if (s->owned && s->mem) clReleaseMemObject(s->mem);
   s->mem = NULL;

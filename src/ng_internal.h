@@ -233,6 +233,14 @@ typedef struct ng_scratch {
   bool owned;
 } ng_scratch;
 ng_status ng_scratch_acquire(ng_context *ctx, ng_tensor caller, size_t bytes, ng_scratch *out);
+/* The same for kernels that write their partial rows 8 floats at a time (RMSNorm's, the fused
+ * add's and LayerNorm's backward): the caller's offset is rounded up to a multiple of
+ * NG_SCRATCH_VEC elements, so that the scratch's offset never decides the kernels' vector width
+ * (dx must be the same bits with dW and frozen, whose call has no scratch); their *_scratch_size
+ * add NG_SCRATCH_VEC_PAD bytes of headroom for that. */
+#define NG_SCRATCH_VEC 8u
+#define NG_SCRATCH_VEC_PAD ((NG_SCRATCH_VEC - 1) * 4u)
+ng_status ng_scratch_acquire_vec(ng_context *ctx, ng_tensor caller, size_t bytes, ng_scratch *out);
 void ng_scratch_release(ng_scratch *s);
 
 /* Launch shape for the row kernels. */

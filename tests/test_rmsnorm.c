@@ -2,6 +2,7 @@
  * dtype × weight dtype (or none) × frozen/unfrozen × accumulate, awkward shapes, buffer offsets,
  * both kernel shapes (CPU: a row per work-item; GPU: a row per work-group), a finite-difference
  * gradient check, and bit-identical dx between frozen and unfrozen runs. */
+#include "ng_internal.h" /* NG_SCRATCH_VEC_PAD */
 #include "ng_test.h"
 #include "ref_norms.h"
 
@@ -545,12 +546,38 @@ static void test_deterministic(void **state) {
                             NULL));
   ng_test_download(bdw, NG_F32, 0, p.n, again);
   assert_memory_equal(first, again, p.n * sizeof(float));
+  /* ... and at an offset that is no multiple of 8, in a buffer of the size the query gives from
+   * there: the op rounds the offset up (the partial rows are written 8 floats at a time), so dW
+   * is the same bits and dx the frozen call's (which has no scratch). The offset used to turn
+   * the dW call's loads scalar: on PoCL 7 of these 513 000 dx values then differed. A buffer
+   * without the query's headroom is refused before anything runs. */
+  cl_mem sc3 = ng_test_upload(NG_F32, NULL, bytes / 4, 3, 0);
+  cl_mem sc3s = ng_test_upload(NG_F32, NULL, (bytes - NG_SCRATCH_VEC_PAD) / 4, 3, 0);
+  float *dx_dw = malloc(cnt * sizeof(float)), *dx_frozen = malloc(cnt * sizeof(float));
+  for (int k = 0; k < 3; k++) {
+    const ng_status want = k == 2 ? NG_ERR_BUFFER_TOO_SMALL : NG_SUCCESS;
+    NG_EXPECT_STATUS(ng_rmsnorm_backward(e->ctx, e->queue, &p, ng_tensor_of(bdy, 0, NG_BF16),
+                                         ng_tensor_of(bx, 0, NG_BF16), ng_tensor_of(bw, 0, NG_F32),
+                                         ng_tensor_of(br, 0, NG_F32), ng_tensor_of(bdx, 0, NG_BF16),
+                                         k == 1 ? ng_tensor_none() : ng_tensor_of(bdw, 0, NG_F32),
+                                         0, ng_tensor_of(k == 2 ? sc3s : sc3, 3, NG_F32), 0, NULL,
+                                         NULL),
+                     want);
+    if (k == 2) break;
+    ng_test_download(bdx, NG_BF16, 0, cnt, k ? dx_frozen : dx_dw);
+    if (k) continue;
+    ng_test_download(bdw, NG_F32, 0, p.n, again);
+    assert_memory_equal(first, again, p.n * sizeof(float));
+  }
+  assert_memory_equal(dx_dw, dx_frozen, cnt * sizeof(float));
+  assert_non_null(strstr(ng_last_error_detail(), "rounded up"));
   size_t frozen_bytes = 1;
   NG_OK(ng_rmsnorm_backward_scratch_size(e->ctx, &p, 0, &frozen_bytes));
   assert_int_equal(frozen_bytes, 0);
-  free(x), free(dy), free(w), free(r), free(first), free(again);
+  free(x), free(dy), free(w), free(r), free(first), free(again), free(dx_dw), free(dx_frozen);
   clReleaseMemObject(bx), clReleaseMemObject(bdy), clReleaseMemObject(bw), clReleaseMemObject(br);
   clReleaseMemObject(bdx), clReleaseMemObject(bdw), clReleaseMemObject(sc);
+  clReleaseMemObject(sc3), clReleaseMemObject(sc3s);
 }
 
 static int teardown(void **state) {

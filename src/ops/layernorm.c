@@ -301,6 +301,7 @@ ng_status ng_layernorm_backward_scratch_size(ng_context *ctx, const ng_layernorm
       s = ng_coop_partials(&c, p->n, sections, &b);
     if (b > *bytes) *bytes = b;
   }
+  if (s == NG_SUCCESS && *bytes) *bytes += NG_SCRATCH_VEC_PAD; /* ng_scratch_acquire_vec's */
   return s;
 }
 
@@ -336,9 +337,9 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s != NG_SUCCESS) return s;
 
   const bool partials = compute_dw || compute_db;
-  bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
-                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
-  if (partials && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
+  /* the same in every pass (dx's bits): the scratch, whose offset the op rounds up, has no say */
+  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
+                      ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8);
   const ng_row_launch l = bwd_launch(ctx, x.dtype, p->rows, p->n, vec_ok, partials);
   const size_t sections = (compute_dw ? 1u : 0u) + (compute_db ? 1u : 0u);
   /* rows split across groups (whatever is frozen, so that dx has the same bits), when this
@@ -373,7 +374,7 @@ ng_status ng_layernorm_backward(ng_context *ctx, cl_command_queue queue,
   if (s == NG_SUCCESS && sep_reduce)
     s = ng_reduce_program(ctx, compute_dw ? dweight.dtype : dbias.dtype, &rprog);
   ng_scratch sc;
-  if (s == NG_SUCCESS) s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
+  if (s == NG_SUCCESS) s = ng_scratch_acquire_vec(ctx, scratch, scratch_bytes, &sc);
   if (s != NG_SUCCESS) {
     if (sync) clReleaseMemObject(sync);
     return s;

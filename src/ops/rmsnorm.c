@@ -419,6 +419,7 @@ static ng_status scratch_size(ng_context *ctx, const ng_rmsnorm_params *p, int c
       if (b > *bytes) *bytes = b;
     }
   }
+  if (s == NG_SUCCESS && *bytes) *bytes += NG_SCRATCH_VEC_PAD; /* ng_scratch_acquire_vec's */
   return s;
 }
 
@@ -475,10 +476,10 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s == NG_SUCCESS && compute_dw) s = ng_check_same_dtype(weight, "weight", dweight, "dweight");
   if (s != NG_SUCCESS) return s;
 
-  bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
-                ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
-                ng_vec_aligned(ctx, ds_out, p->n, 8);
-  if (compute_dw && scratch.mem) vec_ok = vec_ok && scratch.offset % 8 == 0;
+  /* the same in every pass (dx's bits): the scratch, whose offset the op rounds up, has no say */
+  const bool vec_ok = ng_vec_aligned(ctx, x, p->n, 8) && ng_vec_aligned(ctx, dy, p->n, 8) &&
+                      ng_vec_aligned(ctx, dx, p->n, 8) && ng_vec_aligned(ctx, weight, p->n, 8) &&
+                      ng_vec_aligned(ctx, ds_out, p->n, 8);
   const ng_row_launch l =
       bwd_launch(ctx, fused, has_ds, compute_dw, x.dtype, p->rows, p->n, vec_ok);
   /* rows split across groups (frozen or not, so that dx has the same bits), when this queue
@@ -512,7 +513,7 @@ static ng_status rms_backward(ng_context *ctx, cl_command_queue queue, const ng_
   if (s == NG_SUCCESS) s = ng_get_program(ctx, "rmsnorm", &o, &prog);
   if (s == NG_SUCCESS && sep_reduce) s = ng_reduce_program(ctx, dweight.dtype, &rprog);
   ng_scratch sc;
-  if (s == NG_SUCCESS) s = ng_scratch_acquire(ctx, scratch, scratch_bytes, &sc);
+  if (s == NG_SUCCESS) s = ng_scratch_acquire_vec(ctx, scratch, scratch_bytes, &sc);
   if (s != NG_SUCCESS) {
     if (sync) clReleaseMemObject(sync);
     return s;
