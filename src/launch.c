@@ -176,7 +176,7 @@ ng_status ng_scratch_acquire_vec(ng_context *ctx, ng_tensor caller, size_t bytes
       return ng_fail(NG_ERR_INDEX_OVERFLOW, "scratch: offset %zu overflows", caller.offset);
     caller.offset += up;
     ng_status s = ng_scratch_acquire(ctx, caller, bytes, out);
-    if (s == NG_ERR_BUFFER_TOO_SMALL || s == NG_ERR_OFFSET_OUT_OF_RANGE)
+    if (s == NG_ERR_BUFFER_TOO_SMALL) /* past the end, the offset's own message stands */
       s = ng_fail(s, "scratch: %zu bytes from element %zu (the offset rounded up to a multiple of "
                   "%u, as the partial rows are written %u floats at a time) pass the buffer's "
                   "end; size it with the op's *_scratch_size",
